@@ -1,0 +1,107 @@
+"""Command-line front end.  Each sub-command hands its parsed arguments to the stage that owns it.
+
+Exit status: 0 whenever the command did its job (a grade was produced, whatever the score);
+1 for bad input the user can fix (the message says how); 2 when the grader itself failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from grader import __version__
+from grader.errors import GraderError, UserError
+
+FORMATS = ("json", "junit", "gradescope", "classroom", "markdown", "terminal")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grader", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"grader {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    grade = sub.add_parser("grade", help="grade one submission")
+    grade.add_argument("submission", nargs="?", default=".", help="repo, directory, .zip/.tar.gz or git URL")
+    grade.add_argument("--rubric", type=Path, default=None, help="rubric YAML (default: the packaged a9)")
+    grade.add_argument("--out", type=Path, default=None, help="write results.json, junit.xml, ... here")
+    grade.add_argument(
+        "--format",
+        action="append",
+        choices=FORMATS,
+        default=None,
+        help="what to print on stdout (repeatable; default: terminal)",
+    )
+    grade.add_argument("--backend", choices=("local", "docker"), default="local")
+    grade.add_argument("--image", default="grader:local", help="image for --backend docker")
+    grade.add_argument("--submitted-at", default=None, help="ISO time, overrides the git commit time")
+    grade.add_argument("--jobs", type=int, default=None, help=argparse.SUPPRESS)
+
+    check = sub.add_parser("check", help="static policy check only (no code is run)")
+    check.add_argument("submission", nargs="?", default=".")
+    check.add_argument("--rubric", type=Path, default=None)
+    check.add_argument("--json", action="store_true", help="print findings as JSON")
+
+    rubric = sub.add_parser("rubric", help="rubric tools")
+    rubric_sub = rubric.add_subparsers(dest="rubric_command", required=True)
+    validate = rubric_sub.add_parser("validate", help="validate a rubric YAML file")
+    validate.add_argument("file", type=Path)
+
+    bench = sub.add_parser("bench", help="time our launcher against spawn-per-case")
+    bench.add_argument("submission", nargs="?", default="reference/a9")
+    bench.add_argument("--cases", type=int, default=12, help="cases per launcher")
+
+    batch = sub.add_parser("batch", help="grade a whole class")
+    batch.add_argument("roster", type=Path, help="directory of submissions, or CSV student,path_or_url")
+    batch.add_argument("--out", type=Path, required=True)
+    batch.add_argument("--jobs", type=int, default=2)
+    batch.add_argument("--backend", choices=("local", "docker"), default="local")
+    batch.add_argument("--image", default="grader:local")
+    batch.add_argument("--rubric", type=Path, default=None)
+    batch.add_argument("--manual", type=Path, default=None, help="CSV or YAML of manual item scores")
+    batch.add_argument("--deadline", default=None, help="ISO time, overrides the rubric's deadline")
+    batch.add_argument("--force", action="store_true", help="regrade even when a cached result exists")
+    batch.add_argument("--timeout", type=float, default=900.0, help="seconds per submission")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except UserError as exc:
+        print(f"grader: {exc}", file=sys.stderr)
+        return 1
+    except GraderError as exc:
+        print(f"grader: internal error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    # Stage modules are imported lazily: `grader check` must not pay for importing torch.
+    if args.command == "grade":
+        from grader import pipeline
+
+        return pipeline.main(args)
+    if args.command == "check":
+        from grader import static_checks
+
+        return static_checks.main(args)
+    if args.command == "rubric":
+        from grader import rubric
+
+        return rubric.main_validate(args)
+    if args.command == "bench":
+        from grader import bench
+
+        return bench.main(args)
+    if args.command == "batch":
+        from grader import batch
+
+        return batch.main(args)
+    raise AssertionError(args.command)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

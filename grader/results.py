@@ -1,0 +1,204 @@
+"""The canonical result model.
+
+Every output the grader writes (``results.json``, Gradescope, GitHub Classroom, ``summary.md``,
+the terminal table, HTML reports, the gradebook) is a *renderer* of :class:`GradeResult`; none of
+them recomputes a score.  The JSON form is described by ``grader/schemas/results.schema.json``,
+whose ``$id`` carries :data:`SCHEMA_VERSION`; bump it on any incompatible change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = "1.0"
+
+
+class Verdict(str, enum.Enum):
+    """What happened to one matrix case.  Decided in ``grader.matrix.verdicts``."""
+
+    PASS = "pass"
+    WRONG = "wrong"  # ran to completion, returned the wrong value/shape/dtype
+    NOT_IMPLEMENTED = "not_implemented"  # the stub still raises NotImplementedError
+    FORBIDDEN = "forbidden"  # reached a collective the policy forbids
+    HANG = "hang"  # exceeded the per-case timeout; stacks of every rank attached
+    CRASH = "crash"  # a rank raised, exited or died by a signal
+    MEMORY = "memory"  # a rank exceeded its memory limit
+    IMPORT_ERROR = "import_error"  # the student's module failed to import (syntax error, ...)
+    MISSING = "missing"  # the file the case needs was not submitted
+    ERROR = "error"  # the grader itself failed on this case (never the student's fault)
+
+
+class ItemStatus(str, enum.Enum):
+    PASSED = "passed"  # full marks
+    PARTIAL = "partial"
+    FAILED = "failed"  # zero marks
+    PENDING_REVIEW = "pending_review"  # a manual item waiting for an instructor
+    AUTO_CHECKED = "auto_checked"  # scored automatically, an instructor may override
+    MANUAL = "manual"  # scored by an instructor (merged from a manual-scores file)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One use of a forbidden API (static analysis) or one runtime policy violation."""
+
+    rule: str  # e.g. "forbidden-collective", "dynamic-dist-access"
+    message: str
+    file: str  # path relative to the submission root, e.g. "src/collectives.py"
+    line: int
+    col: int = 0
+    function: str | None = None  # enclosing (or tainted) student function
+    source: str = ""  # the offending line, stripped
+    origin: str = "static"  # "static" | "runtime" | "trace"
+
+
+@dataclass(frozen=True)
+class CaseTally:
+    passed: int
+    total: int
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    """A matrix case as the student sees it in feedback (inputs elided for hidden cases)."""
+
+    id: str
+    verdict: Verdict
+    message: str = ""
+
+
+@dataclass
+class ItemResult:
+    id: str
+    title: str
+    score: float
+    max_score: float
+    status: ItemStatus
+    feedback: str = ""
+    cases: CaseTally = field(default_factory=lambda: CaseTally(0, 0))
+    findings: list[Finding] = field(default_factory=list)
+    failures: list[CaseOutcome] = field(default_factory=list)  # capped, most informative first
+    bonus: bool = False
+    manual: bool = False
+
+
+@dataclass
+class TaskResult:
+    id: str
+    title: str
+    score: float
+    max_score: float
+    items: list[ItemResult]
+    bonus: bool = False
+
+
+@dataclass(frozen=True)
+class SubmissionInfo:
+    source: str  # what the user passed: a path, archive or git URL
+    files: dict[str, str]  # path in submission -> "sha256:<hex>"
+    digest: str  # sha256 over the sorted file digests: the submission's identity
+    commit: str | None = None
+    submitted_at: str | None = None  # ISO 8601, from the git commit or a flag
+    problems: list[str] = field(default_factory=list)  # refused/missing files, in plain words
+
+
+@dataclass(frozen=True)
+class LatePenalty:
+    days_late: int
+    percent: float
+    points: float
+
+
+@dataclass
+class GradeResult:
+    assignment: str
+    score: float  # tasks + capped bonus - late penalty, never below 0
+    max_score: float  # excludes bonus
+    tasks: list[TaskResult]
+    submission: SubmissionInfo
+    grader_version: str
+    rubric_digest: str
+    status: str = "graded"  # "graded" | "error" (the grader itself could not finish)
+    error: str | None = None
+    bonus_score: float = 0.0
+    late: LatePenalty | None = None
+    findings: list[Finding] = field(default_factory=list)  # every static + runtime finding
+    trace: dict[str, Any] = field(default_factory=dict)  # trace summaries by case id
+    isolation: dict[str, str] = field(default_factory=dict)  # layer -> "on" | "off: <why>"
+    timings: dict[str, float] = field(default_factory=dict)  # stage -> seconds
+    schema_version: str = SCHEMA_VERSION
+
+    def items(self) -> list[ItemResult]:
+        return [item for task in self.tasks for item in task.items]
+
+    def item(self, item_id: str) -> ItemResult:
+        for item in self.items():
+            if item.id == item_id:
+                return item
+        raise KeyError(item_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(dataclasses.asdict(self))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GradeResult:
+        return _from_dict(cls, data)
+
+    @classmethod
+    def load(cls, path: Path) -> GradeResult:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _from_dict(cls: Any, data: Any) -> Any:
+    """Rebuild nested dataclasses from their ``asdict`` form (the inverse of ``to_dict``)."""
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            kwargs[f.name] = _coerce(hints[f.name], data[f.name])
+    return cls(**kwargs)
+
+
+def _coerce(tp: Any, value: Any) -> Any:
+    import types
+    import typing
+
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _coerce(args[0], value)
+    if origin is list:
+        (arg,) = typing.get_args(tp)
+        return [_coerce(arg, v) for v in value]
+    if origin is dict:
+        return dict(value)
+    if dataclasses.is_dataclass(tp):
+        return _from_dict(tp, value)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp(value)
+    return value
+
+
+def schema_path() -> Path:
+    return Path(__file__).with_name("schemas") / "results.schema.json"
