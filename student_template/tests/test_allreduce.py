@@ -1,0 +1,39 @@
+import pytest
+import torch
+from src.collectives import my_allreduce
+
+from tests.utils import run_distributed, world_size_params
+
+DTYPES = (torch.float32, torch.float64, torch.int64, torch.bfloat16)
+SHAPES = ((7,), (3, 4))
+
+
+def _rank_input(rank, shape, dtype):
+    # Small integers: every dtype (bfloat16 included) sums them exactly, in any order.
+    return (torch.arange(torch.Size(shape).numel()).reshape(shape) % 5 + rank).to(dtype)
+
+
+def _allreduce_worker(rank, world_size):
+    for dtype in DTYPES:
+        for shape in SHAPES:
+            expected = sum(_rank_input(r, shape, dtype) for r in range(world_size))
+            y = my_allreduce(_rank_input(rank, shape, dtype))
+            assert torch.equal(y, expected), f"{dtype} {shape}: got {y}, expected {expected}"
+
+
+def _allreduce_inplace_worker(rank, world_size):
+    x = _rank_input(rank, (4, 3), torch.float32).t()  # a non-contiguous view
+    expected = sum(_rank_input(r, (4, 3), torch.float32) for r in range(world_size)).t()
+    y = my_allreduce(x)
+    assert torch.equal(x, expected), "the argument must hold the sum afterwards (in place)"
+    assert torch.equal(y, expected), "the returned tensor must hold the sum"
+
+
+@pytest.mark.parametrize("world_size", world_size_params())
+def test_allreduce(world_size):
+    run_distributed(world_size, _allreduce_worker)
+
+
+@pytest.mark.parametrize("world_size", world_size_params())
+def test_allreduce_inplace(world_size):
+    run_distributed(world_size, _allreduce_inplace_worker)
