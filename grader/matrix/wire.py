@@ -1,0 +1,133 @@
+"""The one format that crosses the trust boundary between the runner and a rank process.
+
+A frame is ``u32 header length | header JSON | raw tensor bytes...``.  The header lists each
+tensor's name, dtype, shape and byte count; the bytes follow in that order.  Tensors are rebuilt
+with ``torch.frombuffer`` from a whitelisted dtype, so nothing a student process sends is ever
+unpickled, and every length is checked against a cap before memory is committed to it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "int16": torch.int16,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+
+MAX_HEADER_BYTES = 4 << 20
+_LEN = struct.Struct("<I")
+
+
+class WireError(Exception):
+    """A frame that breaks the format or a cap: the sender is treated as crashed."""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch."))
+
+
+def encode(header: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None) -> bytes:
+    """Serialize a header and named tensors into one frame."""
+    tensors = tensors or {}
+    entries = []
+    chunks = []
+    for name, tensor in tensors.items():
+        if tensor.dtype not in DTYPE_NAMES:
+            raise WireError(f"{name}: dtype {tensor.dtype} cannot be sent")
+        flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+        raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+        entries.append({"name": name, "dtype": dtype_name(tensor.dtype), "shape": list(tensor.shape)})
+        chunks.append(raw)
+    head = json.dumps({**header, "tensors": entries}, separators=(",", ":")).encode()
+    return b"".join([_LEN.pack(len(head)), head, *chunks])
+
+
+@dataclass
+class Frame:
+    header: dict[str, Any]
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class FrameReader:
+    """Incremental parser for frames arriving in pieces from a non-blocking pipe.
+
+    ``max_bytes`` caps one frame (header + tensors); a frame announcing more is refused before
+    its bytes are buffered.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._buf = bytearray()
+        self._need: int | None = None  # total frame size once the header is known
+        self._header: dict[str, Any] | None = None
+        self._head_end = 0
+
+    def feed(self, data: bytes) -> list[Frame]:
+        self._buf.extend(data)
+        frames = []
+        while (frame := self._next()) is not None:
+            frames.append(frame)
+        return frames
+
+    def _next(self) -> Frame | None:
+        if self._header is None:
+            if len(self._buf) < _LEN.size:
+                return None
+            (head_len,) = _LEN.unpack_from(self._buf)
+            if head_len > MAX_HEADER_BYTES:
+                raise WireError(f"header of {head_len} bytes exceeds the cap")
+            if len(self._buf) < _LEN.size + head_len:
+                return None
+            self._head_end = _LEN.size + head_len
+            try:
+                header = json.loads(bytes(self._buf[_LEN.size : self._head_end]))
+            except ValueError as exc:
+                raise WireError(f"malformed header: {exc}") from None
+            if not isinstance(header, dict) or not isinstance(header.get("tensors", []), list):
+                raise WireError("malformed header")
+            self._need = self._head_end + sum(_nbytes(e) for e in header.get("tensors", []))
+            if self._need > self.max_bytes:
+                raise WireError(f"result of {self._need} bytes exceeds the cap of {self.max_bytes}")
+            self._header = header
+        assert self._need is not None
+        if len(self._buf) < self._need:
+            return None
+        header, offset = self._header, self._head_end
+        tensors = {}
+        for entry in header.get("tensors", []):
+            size = _nbytes(entry)
+            raw = bytearray(self._buf[offset : offset + size])
+            offset += size
+            dtype = DTYPES[entry["dtype"]]
+            flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+            tensors[str(entry["name"])] = flat.view(dtype).reshape(entry["shape"])
+        del self._buf[: self._need]
+        self._header, self._need = None, None
+        return Frame(header, tensors)
+
+
+def _nbytes(entry: Any) -> int:
+    """Validate one tensor entry of a header and return its byte count."""
+    if not isinstance(entry, dict) or entry.get("dtype") not in DTYPES:
+        raise WireError(f"bad tensor entry {entry!r:.200}")
+    shape = entry.get("shape")
+    if not isinstance(shape, list) or len(shape) > 16 or not all(isinstance(d, int) and 0 <= d for d in shape):
+        raise WireError(f"bad tensor shape {shape!r:.200}")
+    itemsize = torch.empty(0, dtype=DTYPES[entry["dtype"]]).element_size()
+    return math.prod(shape) * itemsize
