@@ -1,0 +1,65 @@
+# The grader image: CPU-only PyTorch + the `grader` package, run by `grader grade --backend docker`
+# (grader/backends/docker.py) or by hand: `docker run --rm -v "$PWD:/submission:ro" grader:local grade /submission`.
+#
+# Written for both the legacy builder and BuildKit (no RUN --mount), because Debian's docker.io has no buildx.
+# scripts/build-image.sh picks the build arguments; a plain `docker build -t grader:local .` uses the defaults.
+#
+# Build arguments:
+#   BASE_IMAGE       any Debian-like image with python3 (>= 3.10) and the venv module
+#   TORCH_INDEX_URL  where torch comes from (PyTorch's CPU index, so no CUDA wheels)
+#   TORCH_SPEC       the torch requirement
+#   TORCH_WHEEL_DIR  optional: a wheel directory inside build/docker/ of the context; when set, torch is taken
+#                    from it (--find-links) and its dependencies from the default index, never from TORCH_INDEX_URL
+#   CA_BUNDLE        optional: a CA bundle inside build/docker/ of the context, trusted by pip during the build
+#                    only (for TLS-intercepting proxies); it stays in the build stage, never in the final image
+ARG BASE_IMAGE=python:3.11-slim
+
+FROM ${BASE_IMAGE} AS build
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ARG TORCH_SPEC=torch==2.13.0
+ARG TORCH_WHEEL_DIR=
+ARG CA_BUNDLE=
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_DEFAULT_TIMEOUT=120
+# build/docker/ holds what scripts/build-image.sh stages (wheels, CA bundle); it may be absent. pyproject.toml
+# is listed only so the legacy builder accepts a wildcard that matches nothing.
+COPY pyproject.toml build/docke[r] /opt/build-extra/
+# numpy is there only because torch warns "Failed to initialize NumPy" on every import without it.
+# pip-env.sh carries the CA settings to both pip steps of this stage.
+RUN set -eu; \
+    : > /opt/build-extra/pip-env.sh; \
+    if [ -n "$CA_BUNDLE" ]; then \
+        ca="/opt/build-extra/${CA_BUNDLE#build/docker/}"; \
+        [ -f "$ca" ] || { echo "CA_BUNDLE=$CA_BUNDLE: not found; it must lie inside build/docker/" >&2; exit 1; }; \
+        echo "export PIP_CERT=$ca REQUESTS_CA_BUNDLE=$ca SSL_CERT_FILE=$ca" > /opt/build-extra/pip-env.sh; \
+    fi; \
+    . /opt/build-extra/pip-env.sh; \
+    python3 -m venv /opt/grader-venv; \
+    if [ -n "$TORCH_WHEEL_DIR" ]; then \
+        wheels="/opt/build-extra/${TORCH_WHEEL_DIR#build/docker/}"; \
+        ls "$wheels"/torch-*.whl >/dev/null || { echo "TORCH_WHEEL_DIR=$TORCH_WHEEL_DIR: no torch wheel (it must lie inside build/docker/)" >&2; exit 1; }; \
+        /opt/grader-venv/bin/pip install --find-links "$wheels" "$TORCH_SPEC" numpy; \
+    else \
+        /opt/grader-venv/bin/pip install --index-url "$TORCH_INDEX_URL" "$TORCH_SPEC" numpy; \
+    fi; \
+    /opt/grader-venv/bin/python -c "import torch; assert not torch.cuda.is_available(); print('torch', torch.__version__)"
+# The project itself comes after torch so that editing the grader does not reinstall torch.
+COPY pyproject.toml README.m[d] /opt/src/
+COPY grader /opt/src/grader
+RUN . /opt/build-extra/pip-env.sh && /opt/grader-venv/bin/pip install /opt/src
+
+FROM ${BASE_IMAGE}
+# Fixed uids so that host-side tools (and the docker backend's tests) can reason about ownership.
+RUN set -eu; \
+    groupadd --gid 10001 grader && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /work --shell /usr/sbin/nologin grader; \
+    groupadd --gid 10002 student && useradd --uid 10002 --gid 10002 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin student
+COPY --from=build /opt/grader-venv /opt/grader-venv
+ENV PATH=/opt/grader-venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    GRADER_STUDENT_USER=student \
+    GLOO_SOCKET_IFNAME=lo
+RUN grader --version
+WORKDIR /work
+USER grader
+ENTRYPOINT ["grader"]
+CMD ["--help"]
