@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-#: ``torch.distributed`` module-level collectives (also reachable as ``torch.distributed.distributed_c10d.X``).
+#: ``torch.distributed`` module-level collectives (also reachable through ``distributed_c10d``).
 COLLECTIVES: frozenset[str] = frozenset(
     {
         "broadcast",

@@ -63,7 +63,9 @@ def _shape_id(shape: tuple[int, ...], layout: str) -> str:
     return f"noncontig{dims}" if layout == "transposed" else dims
 
 
-def _tensor_case(test: str, kind: str, ws: int, dtype: str, shape: tuple[int, ...], layout: str = "", **extra: Any) -> Case:
+def _tensor_case(
+    test: str, kind: str, ws: int, dtype: str, shape: tuple[int, ...], layout: str = "", **extra: Any
+) -> Case:
     prefix = f"ws{ws}-" + "".join(f"{k}{v}-" for k, v in extra.items())
     params = {"dtype": dtype, "shape": list(shape), "layout": layout, **extra}
     return Case(test, f"{prefix}{dtype}-{_shape_id(shape, layout)}", ws, kind, params)
@@ -92,7 +94,9 @@ def _task1() -> list[Case]:
         src = ws // 2
         for dtype, shape, layout in _variants(ws, divisible_dim0=False)[1:]:
             cases.append(_tensor_case("test_broadcast", "broadcast", ws, dtype, shape, layout, src=src))
-        cases.append(Case("test_broadcast_inplace", f"ws{ws}-src{ws - 1}", ws, "broadcast_inplace", {"src": ws - 1}))
+        cases.append(
+            Case("test_broadcast_inplace", f"ws{ws}-src{ws - 1}", ws, "broadcast_inplace", {"src": ws - 1})
+        )
     cases.append(_tensor_case("test_broadcast", "broadcast", 4, "float32", (LARGE,), src=1))
 
     for ws in WORLD_SIZES:
@@ -113,7 +117,15 @@ def _task1() -> list[Case]:
     cases.append(_tensor_case("test_reduce_scatter", "reduce_scatter", 4, "float32", (LARGE,)))
 
     cases.extend(_all_to_all())
-    cases.append(Case("test_all_to_all_input_untouched", "ws4", 4, "all_to_all_untouched", {}))
+    cases.append(
+        Case(
+            "test_all_to_all_input_untouched",
+            "ws4",
+            4,
+            "all_to_all_untouched",
+            {"scatter_dim": 0, "gather_dim": 1},
+        )
+    )
     return cases
 
 
@@ -156,9 +168,23 @@ def _trace_probes() -> list[Case]:
     """Cases whose full event trace is kept: the rubric judges algorithms from them."""
     small = CONFIGS[0].params()
     return [
-        Case("test_trace_broadcast", "ws8", 8, "broadcast", {"dtype": "float32", "shape": [1024], "src": 0, "layout": ""}),
-        Case("test_trace_allreduce", "ws8", 8, "allreduce", {"dtype": "float32", "shape": [4096], "layout": ""}),
-        Case("test_trace_all_to_all", "ws4", 4, "all_to_all", {"scatter_dim": 2, "gather_dim": 1, "dtype": "float32", "layout": "", "large": False}),
+        Case(
+            "test_trace_broadcast",
+            "ws8",
+            8,
+            "broadcast",
+            {"dtype": "float32", "shape": [1024], "src": 0, "layout": ""},
+        ),
+        Case(
+            "test_trace_allreduce", "ws8", 8, "allreduce", {"dtype": "float32", "shape": [4096], "layout": ""}
+        ),
+        Case(
+            "test_trace_all_to_all",
+            "ws4",
+            4,
+            "all_to_all",
+            {"scatter_dim": 2, "gather_dim": 1, "dtype": "float32", "layout": "", "large": False},
+        ),
         Case("test_trace_tensor_parallel", "ws4", 4, "tensor_parallel", small),
         Case("test_trace_ulysses", "ws4", 4, "ulysses", small),
     ]

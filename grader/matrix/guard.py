@@ -75,16 +75,18 @@ class Guard:
     def __init__(self, rank: int, sandbox: str, status: Callable[[int, str], None]) -> None:
         self.rank = rank
         self.sandbox = sandbox
-        self.status = status  # (state, description) -> None; writes the shared status slot
+        self.status = status  # (StatusBoard state, description) -> None; writes the shared slot
         self.allowed: frozenset[str] = frozenset()
         self.trace = Trace(rank=rank)
         self.keep_events = False
         self._pending: dict[int, str] = {}  # id(work) -> what waiting on it means
+        self.depth = 0  # >0 inside a traced op: torch's send/recv call isend/irecv, count them once
 
-    def begin_case(self, allowed: frozenset[str], keep_events: bool) -> None:
+    def begin_case(self, allowed: frozenset[str], keep_events: bool, t0: float) -> None:
+        """Reset for a new case; ``t0`` is the runner's monotonic clock at case start."""
         self.allowed = allowed
         self.keep_events = keep_events
-        self.trace = Trace(rank=self.rank)
+        self.trace = Trace(rank=self.rank, t0=t0)
         self._pending.clear()
 
     # --- student context -------------------------------------------------------------------
@@ -133,7 +135,11 @@ class Guard:
                 }
             )
         arrow = "dst" if op in ("send", "isend") else "src"
-        return f"{op}({arrow}={peer})" + (f" at {where}" if where else "") + (f" in {function}" if function else "")
+        return (
+            f"{op}({arrow}={peer})"
+            + (f" at {where}" if where else "")
+            + (f" in {function}" if function else "")
+        )
 
     @contextlib.contextmanager
     def blocked(self, description: str) -> Iterator[None]:
@@ -277,10 +283,15 @@ def _trace_point_to_point(guard: Guard) -> None:
     def blocking(op: str, original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
         def traced(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            peer = _peer(op, args, kwargs)
-            description = guard.record(op, peer, tensor)
-            with guard.blocked(description):
+            if guard.depth:
                 return original(tensor, *args, **kwargs)
+            description = guard.record(op, _peer(op, args, kwargs), tensor)
+            guard.depth += 1
+            try:
+                with guard.blocked(description):
+                    return original(tensor, *args, **kwargs)
+            finally:
+                guard.depth -= 1
 
         del traced.__wrapped__
         return traced
@@ -288,8 +299,9 @@ def _trace_point_to_point(guard: Guard) -> None:
     def nonblocking(op: str, original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
         def traced(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            peer = _peer(op, args, kwargs)
-            description = guard.record(op, peer, tensor)
+            if guard.depth:
+                return original(tensor, *args, **kwargs)
+            description = guard.record(op, _peer(op, args, kwargs), tensor)
             work = original(tensor, *args, **kwargs)
             if work is not None:
                 guard._pending[id(work)] = f"wait() on {description}"
@@ -309,11 +321,12 @@ def _trace_point_to_point(guard: Guard) -> None:
 
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
         description = guard._pending.pop(id(self), "wait()")
+        if guard.depth:  # inside a traced send/recv, whose own description is already shown
+            return original_wait(self, *args, **kwargs)
         with guard.blocked(description):
             return original_wait(self, *args, **kwargs)
 
     work_cls.wait = wait
-
 
 
 def _peer(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:

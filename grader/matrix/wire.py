@@ -127,7 +127,11 @@ def _nbytes(entry: Any) -> int:
     if not isinstance(entry, dict) or entry.get("dtype") not in DTYPES:
         raise WireError(f"bad tensor entry {entry!r:.200}")
     shape = entry.get("shape")
-    if not isinstance(shape, list) or len(shape) > 16 or not all(isinstance(d, int) and 0 <= d for d in shape):
+    if (
+        not isinstance(shape, list)
+        or len(shape) > 16
+        or not all(isinstance(d, int) and d >= 0 for d in shape)
+    ):
         raise WireError(f"bad tensor shape {shape!r:.200}")
     itemsize = torch.empty(0, dtype=DTYPES[entry["dtype"]]).element_size()
     return math.prod(shape) * itemsize

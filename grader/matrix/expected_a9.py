@@ -1,0 +1,222 @@
+"""Runner side: every case's inputs and the values each rank must return.
+
+Inputs are made here and *sent* to the ranks, so a rank sees only its own input, and expected
+values come from the grader's own code (``reference_model.py`` for the transformer), never from
+the student's ``forward``.  Data are seeded from the case id and a salt (``GRADER_INPUT_SALT``,
+set by the instructor for the grade of record), so a run is reproducible while a rank cannot
+recompute its peers' inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from grader.matrix import reference_model
+from grader.matrix.catalog import Case
+from grader.matrix.wire import DTYPES
+
+SHARD_NAMES = (
+    "q_proj_shard",
+    "k_proj_shard",
+    "v_proj_shard",
+    "o_proj_shard",
+    "fc1_shard",
+    "fc1_bias_shard",
+    "fc2_shard",
+)
+
+
+@dataclass
+class Prepared:
+    """What the runner sends to each rank and what it expects back from each."""
+
+    inputs: list[dict[str, torch.Tensor]]
+    expected: list[dict[str, torch.Tensor]]
+    tensor_bytes: int = 0  # size of one rank's main input, the unit trace metrics are judged in
+    tolerance: dict[str, float] = field(default_factory=dict)  # rtol/atol for floating outputs
+
+
+def generator(case: Case, salt: str | None = None) -> torch.Generator:
+    salt = salt if salt is not None else os.environ.get("GRADER_INPUT_SALT", "a9")
+    digest = hashlib.sha256(f"{salt}|{case.name}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
+
+
+def _data(gen: torch.Generator, shape: list[int] | tuple[int, ...], dtype: str) -> torch.Tensor:
+    """Random data; integer-valued where sums must be exact whatever the reduction order."""
+    if dtype == "int64":
+        return torch.randint(-50, 50, tuple(shape), generator=gen)
+    if dtype == "bfloat16":
+        return torch.randint(-8, 8, tuple(shape), generator=gen).to(torch.bfloat16)
+    return torch.randn(tuple(shape), generator=gen, dtype=DTYPES[dtype])
+
+
+def _wire_shape(case: Case) -> list[int]:
+    """Shape sent over the wire; a transposed layout is sent contiguous and transposed back by the rank."""
+    shape = list(case.params["shape"])
+    return shape[::-1] if case.params.get("layout") == "transposed" else shape
+
+
+def _logical(t: torch.Tensor, case: Case) -> torch.Tensor:
+    return t.t() if case.params.get("layout") == "transposed" else t
+
+
+def _tolerance(dtype: str, ws: int) -> dict[str, float]:
+    if dtype == "float32":
+        return {"rtol": 1e-5, "atol": 1e-5 * max(ws, 1)}
+    if dtype == "float64":
+        return {"rtol": 1e-10, "atol": 1e-10 * max(ws, 1)}
+    return {"rtol": 0.0, "atol": 0.0}
+
+
+def prepare(case: Case) -> Prepared:
+    return _PREPARERS[case.kind](case)
+
+
+def _per_rank_inputs(case: Case) -> list[torch.Tensor]:
+    gen = generator(case)
+    return [_data(gen, _wire_shape(case), case.params["dtype"]) for _ in range(case.world_size)]
+
+
+def _broadcast(case: Case) -> Prepared:
+    xs = _per_rank_inputs(case)
+    src = xs[case.params["src"]]
+    return Prepared(
+        inputs=[{"x": x} for x in xs],
+        expected=[{"out": _logical(src, case)} for _ in xs],
+        tensor_bytes=src.numel() * src.element_size(),
+        tolerance={"rtol": 0.0, "atol": 0.0},
+    )
+
+
+def _sum(xs: list[torch.Tensor]) -> torch.Tensor:
+    if xs[0].is_floating_point():
+        return torch.stack([x.double() for x in xs]).sum(0).to(xs[0].dtype)
+    return torch.stack(xs).sum(0)
+
+
+def _allreduce(case: Case) -> Prepared:
+    xs = _per_rank_inputs(case)
+    total = _logical(_sum(xs), case)
+    return Prepared(
+        inputs=[{"x": x} for x in xs],
+        expected=[{"out": total} for _ in xs],
+        tensor_bytes=xs[0].numel() * xs[0].element_size(),
+        tolerance=_tolerance(case.params["dtype"], case.world_size),
+    )
+
+
+def _allgather(case: Case) -> Prepared:
+    xs = _per_rank_inputs(case)
+    gathered = torch.cat([_logical(x, case) for x in xs], dim=0)
+    return Prepared(
+        inputs=[{"x": x} for x in xs],
+        expected=[{"out": gathered} for _ in xs],
+        tensor_bytes=xs[0].numel() * xs[0].element_size(),
+        tolerance={"rtol": 0.0, "atol": 0.0},
+    )
+
+
+def _reduce_scatter(case: Case) -> Prepared:
+    xs = _per_rank_inputs(case)
+    chunks = _logical(_sum(xs), case).chunk(case.world_size, dim=0)
+    return Prepared(
+        inputs=[{"x": x} for x in xs],
+        expected=[{"out": chunk} for chunk in chunks],
+        tensor_bytes=xs[0].numel() * xs[0].element_size(),
+        tolerance=_tolerance(case.params["dtype"], case.world_size),
+    )
+
+
+def all_to_all_shape(case: Case) -> list[int]:
+    ws = case.world_size
+    if case.params.get("large"):
+        return [2, ws * 256, ws * 16, 64]  # 2 * 256 * 16 * 64 * ws^2 >= 1M elements at ws >= 2
+    return [2 * ws, ws, 2 * ws, 3 * ws]  # every dim divisible by ws: any (scatter, gather) pair works
+
+
+def expected_all_to_all(xs: list[torch.Tensor], scatter_dim: int, gather_dim: int) -> list[torch.Tensor]:
+    ws = len(xs)
+    return [torch.cat([x.chunk(ws, dim=scatter_dim)[r] for x in xs], dim=gather_dim) for r in range(ws)]
+
+
+def _all_to_all(case: Case) -> Prepared:
+    gen = generator(case)
+    shape = all_to_all_shape(case)
+    transposed = case.params.get("layout") == "transposed"
+    wire = shape[:-2] + shape[-2:][::-1] if transposed else shape
+    xs = [_data(gen, wire, case.params["dtype"]) for _ in range(case.world_size)]
+    logical = [x.transpose(-1, -2) if transposed else x for x in xs]
+    outs = expected_all_to_all(logical, case.params["scatter_dim"], case.params["gather_dim"])
+    return Prepared(
+        inputs=[{"x": x} for x in xs],
+        expected=[{"out": o} for o in outs],
+        tensor_bytes=xs[0].numel() * xs[0].element_size(),
+        tolerance={"rtol": 0.0, "atol": 0.0},
+    )
+
+
+def _inplace(kind: str) -> object:
+    def prepare_inplace(case: Case) -> Prepared:
+        shaped = Case(
+            case.test, case.id, case.world_size, kind, {**case.params, "dtype": "float32", "shape": [3, 4]}
+        )
+        prepared = _PREPARERS[kind](shaped)
+        prepared.expected = [{"arg": e["out"]} for e in prepared.expected]
+        return prepared
+
+    return prepare_inplace
+
+
+def _untouched(kind: str) -> object:
+    """The input of every rank must read the same after the call: the op has no right to it."""
+
+    def prepare_untouched(case: Case) -> Prepared:
+        params = {**case.params, "dtype": "float32", "shape": [4, 3]}
+        shaped = Case(case.test, case.id, case.world_size, kind, params)
+        prepared = _PREPARERS[kind](shaped)
+        prepared.expected = [{"arg": inp["x"]} for inp in prepared.inputs]
+        return prepared
+
+    return prepare_untouched
+
+
+def _transformer(case: Case) -> Prepared:
+    p = case.params
+    gen = generator(case)
+    weights = reference_model.random_weights(p["d_model"], 2 * p["d_model"], gen)
+    x = torch.randn(p["batch"], p["seq"], p["d_model"], generator=gen)
+    y = reference_model.forward(weights, x, p["n_heads"])
+    ws = case.world_size
+    tol = {"rtol": 1e-4, "atol": 1e-5}
+    if case.kind == "ulysses":
+        xs, ys = x.chunk(ws, dim=1), y.chunk(ws, dim=1)
+        inputs = [{"x": xs[r].contiguous(), **weights} for r in range(ws)]
+        return Prepared(inputs, [{"out": ys[r]} for r in range(ws)], x.numel() * 4, tol)
+    inputs = [{"x": x, **weights} for _ in range(ws)]
+    if case.kind == "tensor_parallel_shards":
+        return Prepared(
+            inputs, [reference_model.shards(weights, r, ws) for r in range(ws)], x.numel() * 4, tol
+        )
+    return Prepared(inputs, [{"out": y} for _ in range(ws)], x.numel() * 4, tol)
+
+
+_PREPARERS = {
+    "broadcast": _broadcast,
+    "allreduce": _allreduce,
+    "allgather": _allgather,
+    "reduce_scatter": _reduce_scatter,
+    "all_to_all": _all_to_all,
+    "broadcast_inplace": _inplace("broadcast"),
+    "allreduce_inplace": _inplace("allreduce"),
+    "allgather_untouched": _untouched("allgather"),
+    "all_to_all_untouched": _untouched("all_to_all"),
+    "tensor_parallel": _transformer,
+    "tensor_parallel_nan": _transformer,
+    "tensor_parallel_shards": _transformer,
+    "ulysses": _transformer,
+}
