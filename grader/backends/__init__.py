@@ -1,0 +1,1 @@
+"""Where `grader grade` runs: in this process (`--backend local`) or in a locked-down container (`docker`)."""
