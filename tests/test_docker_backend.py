@@ -83,7 +83,9 @@ def grade(submission: Path, out_dir: Path, image: str, timeout_s: float = 300, *
 
 
 PROBE = r'''
-import json, os, errno
+import json, os, errno, sys
+
+STUDENT = int(sys.argv[1])
 
 def fails(action):
     try:
@@ -109,7 +111,7 @@ def as_student():
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
-        os.setgroups([]); os.setgid(%(uid)d); os.setuid(%(uid)d)
+        os.setgroups([]); os.setgid(STUDENT); os.setuid(STUDENT)
         report = {"write": fails(lambda: open("/results/forged.json", "w")),
                   "list": fails(lambda: os.listdir("/results"))}
         os.write(write, json.dumps(report).encode()); os._exit(0)
@@ -129,13 +131,13 @@ probe = {
     "student": as_student(),
 }
 json.dump(probe, open("/results/probe.json", "w"))
-''' % {"uid": STUDENT_UID}
+'''
 
 
 def test_limits_reach_the_container_and_students_cannot_touch_results(tmp_path, fake_image):
     submission = make_submission(
         tmp_path,
-        'python3 /submission/probe.py\ncp /submission/results.json "$4/results.json"\n',
+        f'python3 /submission/probe.py {STUDENT_UID}\ncp /submission/results.json "$4/results.json"\n',
         results=valid_results_json(),
     )
     (submission / "probe.py").write_text(PROBE)
