@@ -29,6 +29,7 @@ from grader.matrix import wire
 from grader.matrix.status import StatusBoard
 
 STACK_WAIT_S = 0.5
+_LIVE_RANKS: set[int] = set()  # pids of every live group's ranks: spared when one group is reaped
 FAILURE_GRACE_S = 0.3
 
 
@@ -125,6 +126,7 @@ class RankGroup:
             if pid == 0:  # child: never returns
                 rank_mod.main(setup, rank_mod.RankPipes(c_r, r_w, o_w, s_w), self._status)
             self._ranks.append(_Rank(pid, c_w, r_r, o_r, s_r, scratch))
+            _LIVE_RANKS.add(pid)
         for c_r, _, _, r_w, _, o_w, _, s_w, _ in pipes:
             for fd in (c_r, r_w, o_w, s_w):
                 os.close(fd)
@@ -151,6 +153,7 @@ class RankGroup:
             _kill(rk.pid)
         for rk in self._ranks:
             _reap(rk.pid)
+            _LIVE_RANKS.discard(rk.pid)
         _reap_descendants()
         self._ranks = []
         self.alive = False
@@ -389,4 +392,4 @@ def _reap_descendants() -> None:
         from grader.matrix.isolation import reap_descendants
     except ImportError:  # isolation layers not installed: ranks were still killed directly
         return
-    reap_descendants()
+    reap_descendants(spare=frozenset(_LIVE_RANKS))

@@ -189,6 +189,10 @@ def _open_fds() -> list[int]:
 def _serve(setup: RankSetup, pipes: RankPipes, status: StatusBoard) -> None:
     from grader.matrix import guard as guard_mod
 
+    if setup.isolation is not None:
+        from grader.matrix import isolation
+
+        isolation.prepare(setup.isolation)  # namespaces need the single-threaded, pre-Gloo process
     store = dist.FileStore(setup.store_path, setup.world_size)
     dist.init_process_group(
         "gloo",

@@ -1,0 +1,38 @@
+"""The hidden matrix of Assignment 9.  Run by ``grader.runner`` as its own pytest session.
+
+Each test is one line: the case (from ``catalog.py``) is run by the ``check`` fixture of
+``grader.matrix.plugin``, which forks the ranks, compares in this process and records the
+verdict as JUnit properties.  This module never imports student code.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from grader.matrix.catalog import cases_of
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    cases = cases_of(metafunc.function.__name__)
+    metafunc.parametrize("case", cases, ids=[c.id for c in cases])
+
+
+def test_broadcast(case, check): check(case)
+def test_broadcast_inplace(case, check): check(case)
+def test_allreduce(case, check): check(case)
+def test_allreduce_inplace(case, check): check(case)
+def test_allgather(case, check): check(case)
+def test_allgather_input_untouched(case, check): check(case)
+def test_reduce_scatter(case, check): check(case)
+def test_all_to_all(case, check): check(case)
+def test_all_to_all_input_untouched(case, check): check(case)
+def test_tensor_parallel(case, check): check(case)
+def test_tensor_parallel_shards(case, check): check(case)
+def test_tensor_parallel_nan_weights(case, check): check(case)
+def test_ulysses(case, check): check(case)
+def test_ulysses_trusted_a2a(case, check): check(case)
+def test_trace_broadcast(case, check): check(case)
+def test_trace_allreduce(case, check): check(case)
+def test_trace_all_to_all(case, check): check(case)
+def test_trace_tensor_parallel(case, check): check(case)
+def test_trace_ulysses(case, check): check(case)

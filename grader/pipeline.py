@@ -1,0 +1,168 @@
+"""``grader grade``: intake -> static checks -> run the matrix -> score -> render.
+
+This process never imports student code: the matrix runs in a child pytest session whose rank
+processes are the only ones that do.  Exit status is 0 whenever a grade was produced, whatever
+the score; a broken submission is a low score with reasons, never a grader error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from grader.errors import GraderError, UserError
+from grader.results import GradeResult
+
+WORKFILES = ("junit.xml",)
+
+
+def grade(
+    source: str | Path,
+    rubric_path: Path | None = None,
+    out_dir: Path | None = None,
+    submitted_at: str | None = None,
+) -> GradeResult:
+    """Grade one submission locally; write every output format to ``out_dir`` when given."""
+    from grader import intake, runner, scoring, static_checks
+    from grader.render.outputs import write_outputs
+    from grader.rubric import load_rubric
+
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    rubric = load_rubric(rubric_path)
+    limits = rubric.limits
+    work = Path(tempfile.mkdtemp(prefix="grader-"))
+    try:
+        os.chmod(work, 0o711)  # the student uid may traverse to its sandbox, but not list or write
+        taken = intake.materialize(
+            source,
+            student_files=list(rubric.student_files),
+            deliverables=list(rubric.deliverable_files),
+            dest=work / "sandbox",
+            max_file_bytes=limits.file_size_mb << 20,
+            max_total_bytes=limits.submission_mb << 20,
+            submitted_at=submitted_at,
+        )
+        timings["intake"] = time.monotonic() - t0
+        t = time.monotonic()
+        present = sorted(f for f in rubric.student_files if f in taken.present)
+        findings = static_checks.analyze_submission(taken.sandbox, present, rubric.policy)
+        timings["static"] = time.monotonic() - t
+        t = time.monotonic()
+        matrix_dir = work / "matrix"
+        matrix_dir.mkdir(mode=0o700)
+        run = runner.run_matrix(
+            sandbox=(taken.sandbox / "src").parent,
+            present=present,
+            workdir=matrix_dir,
+            limits=_runner_limits(limits),
+            allowed=_allowed_by_task(rubric.policy),
+            isolation=_isolation_fields(taken.sandbox, limits),
+            total_timeout_s=limits.total_timeout_s,
+        )
+        timings["matrix"] = time.monotonic() - t
+        t = time.monotonic()
+        when = datetime.fromisoformat(taken.info.submitted_at) if taken.info.submitted_at else None
+        result = scoring.score(
+            rubric,
+            run.junit,
+            taken.info,
+            findings,
+            taken.sandbox,
+            submitted_at=when,
+            isolation=run.isolation,
+            timings=timings,
+        )
+        timings["score"] = time.monotonic() - t
+        timings["total"] = time.monotonic() - t0
+        result = replace(result, timings=dict(timings))
+        if out_dir is not None:
+            write_outputs(result, out_dir, run.junit)
+        return result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _runner_limits(limits: Any) -> dict[str, Any]:
+    from grader.matrix.launcher import Limits
+
+    wanted = {f for f in Limits.__dataclass_fields__}
+    return {k: v for k, v in asdict(limits).items() if k in wanted}
+
+
+def _allowed_by_task(policy: Any) -> dict[str, list[str]]:
+    """Built-in collectives let through at run time: none in Task 1, what the rubric allows in Task 2."""
+    task2: set[str] = set()
+    for key, rule in policy.functions.items():
+        if key.startswith("src/transformer.py"):
+            task2 |= set(rule.allowed)
+    return {"1": sorted(policy.for_function("src/collectives.py", None).allowed), "2": sorted(task2)}
+
+
+def _isolation_fields(sandbox: Path, limits: Any) -> dict[str, Any]:
+    from grader.matrix.isolation import default_student_user
+
+    return {
+        "sandbox": str(sandbox),
+        "memory_mb": limits.memory_mb,
+        "nproc": limits.nproc,
+        "cpu_s": limits.cpu_s,
+        "file_size_mb": limits.file_size_mb,
+        "student_user": default_student_user() if os.geteuid() == 0 else None,
+    }
+
+
+def main(args: argparse.Namespace) -> int:
+    from grader.render.outputs import render
+
+    if args.backend == "docker":
+        result = _grade_in_docker(args)
+    else:
+        if not _exists(args.submission):
+            raise UserError(f"{args.submission}: no such file, directory or git URL")
+        result = grade(args.submission, args.rubric, args.out, args.submitted_at)
+    for fmt in args.format or ["terminal"]:
+        sys.stdout.write(render(result, fmt))
+    try:
+        from grader.render.markdown import append_step_summary, render_markdown
+
+        append_step_summary(render_markdown(result))
+    except ImportError:  # pragma: no cover - renderer not installed
+        pass
+    return 0 if result.status == "graded" else 2
+
+
+def _exists(source: str) -> bool:
+    return "://" in source or source.startswith("git@") or Path(source).exists()
+
+
+def _grade_in_docker(args: argparse.Namespace) -> GradeResult:
+    from grader.backends.docker import grade_in_container
+    from grader.rubric import load_rubric
+
+    if not Path(args.submission).exists():
+        raise UserError(f"{args.submission}: the docker backend grades a local directory or archive")
+    limits = load_rubric(args.rubric).limits
+    out = args.out or Path(tempfile.mkdtemp(prefix="grader-out-"))
+    outcome = grade_in_container(
+        Path(args.submission),
+        out,
+        args.image,
+        args.rubric,
+        timeout_s=limits.total_timeout_s + 120,
+        memory_mb=max(4096, limits.memory_mb * 3),
+        cpus=float(os.cpu_count() or 2),
+        pids=1024,
+    )
+    results = out / "results.json"
+    if outcome.status != "ok" or not results.exists():
+        raise GraderError(f"container grading failed ({outcome.status}): {outcome.message}")
+    return GradeResult.load(results)

@@ -1,0 +1,204 @@
+"""Stage 3: run the hidden matrix as a pytest session in a child process and collect its JUnit XML.
+
+The session runs from an empty directory with an empty ini file, plugin autoloading off and
+``importlib`` import mode, so nothing of the submission (a ``conftest.py``, a ``pytest.ini``,
+a fake ``torch/``) is on ``sys.path`` or in pytest's config search.  If a hostile submission
+kills the session anyway, the case it was running is recorded as a crash and a new session
+picks up the remaining cases; the rounds' JUnit files are merged into one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from junitparser import Failure, JUnitXml, Properties, Property, TestCase, TestSuite
+
+import grader.matrix
+from grader.matrix.plugin import CONFIG_ENV, MatrixConfig
+from grader.results import Verdict
+
+TEST_FILE = Path(grader.matrix.__file__).with_name("test_a9.py")
+MAX_ROUNDS = 4
+
+
+@dataclass(frozen=True)
+class MatrixRun:
+    junit: Path
+    seconds: float
+    rounds: int
+    isolation: dict[str, str]
+    log: str  # the tail of the session's own output, for grader errors
+
+
+def run_matrix(
+    sandbox: Path,
+    present: list[str],
+    workdir: Path,
+    limits: dict[str, Any],
+    allowed: dict[str, list[str]],
+    isolation: dict[str, Any] | None = None,
+    total_timeout_s: float = 600.0,
+    only: list[str] | None = None,
+) -> MatrixRun:
+    """Run every case (or the ``only`` ones) and return the merged JUnit file in ``workdir``."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    ledger = workdir / "ledger.jsonl"
+    ledger.write_text("")
+    decided: list[str] = []
+    synthetic: list[tuple[str, str]] = []  # (case, message) for cases a killed session was running
+    rounds: list[Path] = []
+    log = ""
+    everything = _case_names(only)
+    for round_no in range(1, MAX_ROUNDS + 1):
+        junit = workdir / f"junit-round{round_no}.xml"
+        config = MatrixConfig(
+            sandbox=str(sandbox),
+            present=present,
+            limits=limits,
+            allowed=allowed,
+            ledger=str(ledger),
+            isolation_report=str(workdir / "isolation.json"),
+            skip=decided + [name for name in _case_names(None) if name not in everything],
+            isolation=isolation or {},
+        )
+        remaining = total_timeout_s - (time.monotonic() - t0)
+        code, log = _session(config, workdir, junit, remaining)
+        if junit.exists():
+            rounds.append(junit)
+        if code in (0, 1) and junit.exists():
+            break
+        done = [line["case"] for line in _ledger(ledger)]
+        todo = [name for name in everything if name not in done and name not in decided]
+        if not todo:
+            break
+        reason = "the grading session was killed" if code < 0 or code > 1 else "the grading session stopped"
+        if remaining <= 0:
+            synthetic += [(name, "not run: the submission used up the total time limit") for name in todo]
+            break
+        synthetic.append((todo[0], f"{reason} while this case ran (exit status {code}); a rank may have killed it"))
+        decided = done + [name for name, _ in synthetic]
+    merged = workdir / "junit.xml"
+    _merge(rounds, synthetic, everything, merged)
+    report = workdir / "isolation.json"
+    layers = json.loads(report.read_text()) if report.exists() else {}
+    return MatrixRun(merged, time.monotonic() - t0, len(rounds), layers, log[-4000:])
+
+
+def _case_names(only: list[str] | None) -> list[str]:
+    from grader.matrix.catalog import all_case_ids
+
+    names = all_case_ids()
+    return [n for n in names if n in set(only)] if only else names
+
+
+def _session(config: MatrixConfig, workdir: Path, junit: Path, timeout_s: float) -> tuple[int, str]:
+    home = workdir / "session"
+    home.mkdir(exist_ok=True)
+    ini = home / "pytest.ini"
+    ini.write_text("[pytest]\n")
+    cfg = workdir / "matrix-config.json"
+    cfg.write_text(json.dumps(asdict(config)))
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(TEST_FILE),
+        "-c",
+        str(ini),
+        "--rootdir",
+        str(home),
+        "--confcutdir",
+        str(TEST_FILE.parent),
+        "--import-mode=importlib",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "grader.matrix.plugin",
+        "-o",
+        "junit_family=xunit1",
+        "-o",
+        "junit_logging=no",
+        f"--junitxml={junit}",
+        "-q",
+        "--no-header",
+        "-rN",
+        "--tb=no",
+    ]
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON"))},
+        CONFIG_ENV: str(cfg),
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONSAFEPATH": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    log_path = workdir / "session.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=max(timeout_s, 1.0))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            code = proc.wait()
+    return code, log_path.read_text(errors="replace")[-20000:]
+
+
+def _ledger(path: Path) -> list[dict[str, Any]]:
+    entries = []
+    for line in path.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("case"), str):
+            entries.append(entry)
+    return entries
+
+
+def _merge(rounds: list[Path], synthetic: list[tuple[str, str]], everything: list[str], out: Path) -> None:
+    """One JUnit file with each case once: real results first, then synthesized crashes."""
+    suite = TestSuite("grader.matrix")
+    seen: set[str] = set()
+    for path in rounds:
+        for case in _cases(JUnitXml.fromfile(str(path))):
+            if case.name in everything and case.name not in seen:
+                seen.add(case.name)
+                suite.add_testcase(case)
+    for name, message in synthetic:
+        if name not in seen:
+            seen.add(name)
+            suite.add_testcase(synthesized_case(name, Verdict.CRASH, message))
+    for name in everything:
+        if name not in seen:
+            suite.add_testcase(synthesized_case(name, Verdict.ERROR, "not run: the grading session ended early"))
+    suite.update_statistics()
+    xml = JUnitXml()
+    xml.add_testsuite(suite)
+    tmp = out.with_suffix(".tmp")
+    xml.write(str(tmp))
+    tmp.replace(out)
+
+
+def _cases(xml: Any) -> list[TestCase]:
+    suites = [xml] if isinstance(xml, TestSuite) else list(xml)
+    return [case for suite in suites for case in suite]
+
+
+def synthesized_case(name: str, verdict: Verdict, message: str) -> TestCase:
+    case = TestCase(name, classname="grader.matrix.test_a9")
+    case.result = [Failure(message)]
+    props = Properties()
+    props.add_property(Property("verdict", verdict.value))
+    props.add_property(Property("message", message))
+    case.append(props)
+    return case
