@@ -1053,11 +1053,12 @@ def _check_file(path: Path, rel_path: str, policy: Policy) -> list[Finding]:
 def reached_apis(source: str, rel_path: str, policy: Policy | None = None) -> dict[str, set[str]]:
     """For each top-level function and method, the forbidden APIs it uses or reaches through calls.
 
-    Keys follow the ``Finding.function`` convention (methods of different classes that share a
-    name share a key); every function and method of the file is a key, clean ones with an empty set.  The names are collective names (``"all_reduce"``),
-    process-group method names (``"allreduce"``), or, for the rules no policy can lift, the dotted
-    name reached (``"torch.distributed._functional_collectives.all_reduce"``, ``"getattr"``,
-    ``"__closure__"``, ``"_get_default_store"``...).  ``policy`` (default :data:`DEFAULT_POLICY`)
+    Keys follow the ``Finding.function`` convention (methods of different classes that share a name
+    share a key); every function and method of the file is a key, clean ones with an empty set.  The
+    names are collective names (``"all_reduce"``), process-group method names (``"allreduce"``), or,
+    for the rules no policy can lift, the dotted name reached
+    (``"torch.distributed._functional_collectives.all_reduce"``, ``"getattr"``, ``"__closure__"``,
+    ``"_get_default_store"``...).  ``policy`` (default :data:`DEFAULT_POLICY`)
     decides which collectives count as forbidden for which function.
     """
     pairs, units = _run(source, rel_path, DEFAULT_POLICY if policy is None else policy)
