@@ -36,6 +36,8 @@ COLLECTIVES: frozenset[str] = frozenset(
         "_all_gather_base",
         "_reduce_scatter_base",
         "_broadcast_coalesced",
+        "all_gather_single",
+        "reduce_scatter_single",
     }
 )
 
@@ -59,6 +61,11 @@ PROCESS_GROUP_METHODS: frozenset[str] = frozenset(
         "alltoall_base",
         "barrier",
         "monitored_barrier",
+        "all_gather_single",
+        "all_gather_single_coalesced",
+        "all_to_all_single",
+        "reduce_scatter_single",
+        "reduce_scatter_single_coalesced",
     }
 )
 
@@ -71,6 +78,10 @@ FORBIDDEN_MODULES: frozenset[str] = frozenset(
         "torch.distributed.algorithms",
         "torch.distributed.fsdp",
         "torch.nn.parallel",
+        "torch.distributed.rpc",  # moves tensors between ranks without send/recv
+        "torch.distributed.tensor",  # DTensor: redistribute() runs collectives
+        "torch.distributed._tensor",
+        "torch.distributed.device_mesh",  # hands out process groups the analysis cannot follow
     }
 )
 
