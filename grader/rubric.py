@@ -1,0 +1,670 @@
+"""Rubrics: what is graded and how, loaded from YAML and checked before any submission is graded.
+
+A rubric is checked twice: its shape against ``schemas/rubric.schema.json``, then the rules a schema
+cannot state (point sums, every case pattern matching a matrix case, references between sections).
+Both report ``FILE:LINE:COL: reason`` at the YAML node at fault, so whoever edits a rubric is told
+where the problem is, not just what it is.
+
+Case patterns are globs over JUnit testcase names in which only ``*`` (any run of characters) and
+``?`` (one character) are special.  ``fnmatch`` would read ``[ws4-...]`` as a character class, and
+every matrix id contains brackets, so here brackets are literal: ``test_broadcast[*`` means "every
+``test_broadcast`` case" and does not match ``test_broadcast_inplace[ws4-src1]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import json
+import math
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema import Draft202012Validator
+
+import grader
+from grader.errors import UserError
+from grader.policy import COLLECTIVES, PROCESS_GROUP_METHODS, FunctionPolicy, Policy
+
+#: The keys of an item that say how it is scored; an item has exactly one of them.
+SCORING_KINDS = ("cases", "trace", "deliverable", "written", "manual")
+#: Trace metrics that are numbers (compared with ``max``/``min``) and that are lists of names
+#: (``empty``/``contains``/``excludes``).
+NUMERIC_METRICS = frozenset({"max_sends_per_rank", "max_bytes_sent_per_rank", "tensor_bytes"})
+LIST_METRICS = frozenset({"collectives", "student_functions"})
+
+
+# --------------------------------------------------------------------------- case patterns
+
+
+_GLOB_SPECIAL = {"*": ".*", "?": "."}
+
+
+@functools.lru_cache(maxsize=512)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    return re.compile("".join(_GLOB_SPECIAL.get(ch) or re.escape(ch) for ch in pattern), re.DOTALL)
+
+
+def matches(patterns: Iterable[str], case_id: str) -> bool:
+    """Whether ``case_id`` matches any of ``patterns`` (globs where only ``*`` and ``?`` are special)."""
+    return any(_glob_regex(p).fullmatch(case_id) for p in patterns)
+
+
+# --------------------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True)
+class Assignment:
+    id: str
+    title: str
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one grading run; the matrix runner and intake enforce them."""
+
+    case_timeout_s: float = 10.0  # wall clock per matrix case
+    deadlock_after_s: float = 1.0  # every rank blocked in communication this long = hang
+    memory_mb: int = 2048  # address space per rank
+    output_kb: int = 64  # stdout/stderr kept per case
+    nproc: int = 64  # processes per rank (RLIMIT_NPROC)
+    cpu_s: float = 60.0  # CPU seconds per rank
+    file_size_mb: int = 64  # largest file a rank may write
+    submission_mb: float = 20.0  # largest submission intake accepts
+    total_timeout_s: float = 600.0  # the whole matrix run
+
+
+@dataclass(frozen=True)
+class Deliverable:
+    """A non-code file the student hands in; the first of ``any_of`` that exists is used."""
+
+    name: str
+    any_of: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Visibility:
+    case_ids: str = "visible"  # "hidden": students see each case's verdict, never its id or message
+
+    @property
+    def hidden(self) -> bool:
+        return self.case_ids == "hidden"
+
+
+@dataclass(frozen=True)
+class LatePolicy:
+    """Late penalty on the total: ``ceil((late - grace) / 1 day)`` days at a percentage each, capped.
+
+    The grace period shifts every day boundary, so 24 h 10 min late with 15 min of grace is one day.
+    ``deadline`` is None in a rubric shared across offerings; ``grader batch --deadline`` sets it.
+    """
+
+    deadline: datetime | None
+    penalty_percent_per_day: float
+    cap_percent: float
+    grace_minutes: float = 0.0
+
+
+@dataclass(frozen=True)
+class CaseWeight:
+    match: tuple[str, ...]
+    weight: float
+
+
+@dataclass(frozen=True)
+class Component:
+    """A share of an item earned by the cases that match ``match``."""
+
+    name: str
+    match: tuple[str, ...]
+    share: float
+
+
+@dataclass(frozen=True)
+class Threshold:
+    min_fraction: float
+    share: float
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """Cases scored instead when they do better and ``requires_failed`` (an earlier item) lost points.
+
+    It keeps one broken function from being punished twice: Ulysses is re-run with a known-good
+    all-to-all, and used only when the student's own all-to-all already cost Task 1 points.
+    """
+
+    match: tuple[str, ...]
+    feedback: str
+    requires_failed: str | None = None
+
+
+@dataclass(frozen=True)
+class CasesScoring:
+    components: tuple[Component, ...]
+    mode: str = "proportional"  # | "all_or_nothing" | "thresholds"
+    thresholds: tuple[Threshold, ...] = ()
+    weights: tuple[CaseWeight, ...] = ()  # the item's own rules first, then the rubric's case_weights
+    fallback: Fallback | None = None
+
+    def weight(self, case_id: str) -> float:
+        """The first matching rule's weight; 1 when none matches."""
+        return next((w.weight for w in self.weights if matches(w.match, case_id)), 1.0)
+
+    def patterns(self) -> tuple[str, ...]:
+        return tuple(p for c in self.components for p in c.match)
+
+
+@dataclass(frozen=True)
+class TraceCheck:
+    """One property of one case's trace; the case must pass too.  Exactly one comparison is set."""
+
+    case: str
+    metric: str
+    points: float
+    describe: str = ""
+    max: float | None = None
+    min: float | None = None
+    relative_to: str | None = None  # the bound is ``max``/``min`` times this metric of the same trace
+    empty: bool | None = None
+    contains: str | None = None
+    excludes: str | None = None
+
+
+@dataclass(frozen=True)
+class TraceScoring:
+    checks: tuple[TraceCheck, ...]
+
+
+@dataclass(frozen=True)
+class DeliverableScoring:
+    """Checked automatically for existence and format, then scored by an instructor."""
+
+    deliverable: str
+
+
+@dataclass(frozen=True)
+class AnswerCheck:
+    """One thing a written answer must state; any of the regexes (on normalized text) suffices."""
+
+    describe: str
+    any_of: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WrittenQuestion:
+    id: str  # "Q1": also the heading the answer file uses
+    points: float
+    expect: tuple[AnswerCheck, ...]  # each earns points / len(expect)
+
+
+@dataclass(frozen=True)
+class WrittenScoring:
+    deliverable: str
+    questions: tuple[WrittenQuestion, ...]
+
+
+@dataclass(frozen=True)
+class ManualScoring:
+    instructions: str = ""
+
+
+Scoring = CasesScoring | TraceScoring | DeliverableScoring | WrittenScoring | ManualScoring
+
+
+@dataclass(frozen=True)
+class Item:
+    id: str
+    title: str
+    points: float
+    scoring: Scoring
+    functions: tuple[str, ...] = ()  # "file::function" whose policy violations zero the item
+    on_violation: str = "zero"  # | "report": findings are listed, the score is left alone
+    bonus: bool = False
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    title: str
+    points: float
+    items: tuple[Item, ...]
+
+
+@dataclass(frozen=True)
+class Bonus:
+    cap: float
+    items: tuple[Item, ...]
+
+
+@dataclass(frozen=True)
+class Rubric:
+    source: Path
+    digest: str  # "sha256:<hex>" of the file's bytes
+    assignment: Assignment
+    student_files: tuple[str, ...]
+    deliverables: dict[str, Deliverable]
+    tasks: tuple[Task, ...]
+    bonus: Bonus | None
+    policy: Policy
+    limits: Limits
+    visibility: Visibility
+    late: LatePolicy | None
+    #: the matrix case ids the rubric was checked against; scoring counts a missing one as not run
+    case_ids: tuple[str, ...] = field(default=(), repr=False)
+
+    @property
+    def max_score(self) -> float:
+        return sum(task.points for task in self.tasks)
+
+    def items(self) -> list[Item]:
+        bonus = list(self.bonus.items) if self.bonus else []
+        return [item for task in self.tasks for item in task.items] + bonus
+
+    def item(self, item_id: str) -> Item:
+        for item in self.items():
+            if item.id == item_id:
+                return item
+        raise KeyError(item_id)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def default_rubric_path() -> Path:
+    """``rubrics/a9.yaml`` of a source checkout, else the copy packaged inside an installed wheel."""
+    package = Path(grader.__file__).parent
+    in_tree = package.parent / "rubrics" / "a9.yaml"
+    return in_tree if in_tree.exists() else package / "rubrics" / "a9.yaml"
+
+
+def load_rubric(path: Path | None = None, case_ids: Sequence[str] | None = None) -> Rubric:
+    """Load and validate a rubric; ``UserError`` lists every problem as ``FILE:LINE:COL: reason``.
+
+    ``case_ids`` are the matrix cases patterns must match; by default the matrix catalog's.
+    """
+    path = Path(path) if path is not None else default_rubric_path()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read rubric: {exc.strerror}") from exc
+    data, positions = _parse(path, raw.decode("utf-8", errors="replace"))
+    errors = _schema_errors(data, positions)
+    if errors:
+        raise UserError(_report(errors))
+    ids = tuple(case_ids) if case_ids is not None else tuple(_catalog_case_ids())
+    builder = _Builder(positions, ids)
+    rubric = builder.rubric(data, path, "sha256:" + hashlib.sha256(raw).hexdigest())
+    if builder.errors:
+        raise UserError(_report(builder.errors))
+    return rubric
+
+
+def _catalog_case_ids() -> list[str]:
+    # Imported on use: callers that pass case_ids (tests, tools) never need the matrix package.
+    from grader.matrix import catalog
+
+    return list(catalog.all_case_ids())
+
+
+def main_validate(args: argparse.Namespace) -> int:
+    """``grader rubric validate FILE``: one ``FILE:LINE:COL: reason`` line per problem, or a summary."""
+    try:
+        rubric = load_rubric(args.file)
+    except UserError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    items = [item for task in rubric.tasks for item in task.items]
+    line = f"ok: {rubric.assignment.id}, {len(items)} items, {rubric.max_score:g} points"
+    if rubric.bonus:
+        line += f" (+ {len(rubric.bonus.items)} bonus items, capped at {rubric.bonus.cap:g})"
+    print(line)
+    return 0
+
+
+# --------------------------------------------------------------------------- YAML with positions
+
+_KeyPath = tuple[str | int, ...]
+_Error = tuple[tuple[int, int], str]  # ((line, col), "FILE:LINE:COL: reason")
+
+
+class _Loader(yaml.SafeLoader):
+    """A safe loader that keeps timestamps as strings: the schema expects ISO strings for deadlines."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+class _Positions:
+    """Where each value (and each mapping key) of the document starts, by its path."""
+
+    def __init__(self, file: Path) -> None:
+        self.file = file
+        self.values: dict[_KeyPath, yaml.Mark] = {}
+        self.keys: dict[_KeyPath, yaml.Mark] = {}
+        self.duplicates: list[_KeyPath] = []
+
+    def record(self, node: yaml.Node, path: _KeyPath) -> None:
+        self.values[path] = node.start_mark
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key_path = (*path, str(key_node.value))
+                if key_path in self.keys:
+                    self.duplicates.append(key_path)
+                self.keys[key_path] = key_node.start_mark
+                self.record(value_node, key_path)
+        elif isinstance(node, yaml.SequenceNode):
+            for index, child in enumerate(node.value):
+                self.record(child, (*path, index))
+
+    def error(self, path: _KeyPath, reason: str, *, key: bool = False) -> _Error:
+        """An error at the key (``key=True``) or value at ``path``, else at its nearest ancestor."""
+        mark = self.keys.get(path) if key else None
+        prefix = path
+        while mark is None:
+            mark = self.values.get(prefix)
+            prefix = prefix[:-1]
+        return (mark.line, mark.column), f"{self.file}:{mark.line + 1}:{mark.column + 1}: {reason}"
+
+
+def _parse(path: Path, text: str) -> tuple[Any, _Positions]:
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise UserError(f"{path}:1:1: the rubric is empty")
+        data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise UserError(f"{where}: invalid YAML: {exc.problem or exc.context}") from exc
+    finally:
+        loader.dispose()
+    positions = _Positions(path)
+    positions.record(node, ())
+    return data, positions
+
+
+def _report(errors: list[_Error]) -> str:
+    return "\n".join(text for _, text in sorted(errors))
+
+
+def _dotted(path: _KeyPath) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else part
+    return out or "rubric"
+
+
+@functools.lru_cache(maxsize=1)
+def _validator() -> Draft202012Validator:
+    schema = json.loads((Path(__file__).with_name("schemas") / "rubric.schema.json").read_text())
+    return Draft202012Validator(schema)
+
+
+def _schema_errors(data: Any, positions: _Positions) -> list[_Error]:
+    errors = [positions.error(p, f"duplicate key {p[-1]!r}", key=True) for p in positions.duplicates]
+    for err in _validator().iter_errors(data):
+        path: _KeyPath = tuple(err.absolute_path)
+        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+            known = err.schema.get("properties", {})
+            for key in (k for k in err.instance if k not in known):
+                expected = ", ".join(known)
+                reason = f"{_dotted((*path, key))}: unknown key {key!r} (expected one of: {expected})"
+                errors.append(positions.error((*path, str(key)), reason, key=True))
+        elif err.validator == "anyOf":  # only case patterns use anyOf; its own message names no fix
+            errors.append(positions.error(path, f"{_dotted(path)}: expected a case pattern or a list of them"))
+        else:
+            errors.append(positions.error(path, f"{_dotted(path)}: {err.message}"))
+    return errors
+
+
+# --------------------------------------------------------------------------- cross-field rules
+
+
+def _tuple(patterns: str | list[str]) -> tuple[str, ...]:
+    return (patterns,) if isinstance(patterns, str) else tuple(patterns)
+
+
+class _Builder:
+    """Builds the dataclasses from schema-valid data, collecting every cross-field error on the way."""
+
+    def __init__(self, positions: _Positions, case_ids: tuple[str, ...]) -> None:
+        self.positions = positions
+        self.case_ids = case_ids
+        self.errors: list[_Error] = []
+        self.student_files: tuple[str, ...] = ()
+        self.deliverables: dict[str, Deliverable] = {}
+        self.case_weights: tuple[CaseWeight, ...] = ()
+        self.item_ids: list[str] = []
+
+    def error(self, path: _KeyPath, reason: str, *, key: bool = False) -> None:
+        self.errors.append(self.positions.error(path, reason, key=key))
+
+    def rubric(self, data: dict[str, Any], source: Path, digest: str) -> Rubric:
+        self.student_files = tuple(data["student_files"])
+        self.deliverables = {
+            name: Deliverable(name, tuple(d["any_of"])) for name, d in data.get("deliverables", {}).items()
+        }
+        self.case_weights = self.weights(data.get("case_weights", []), ("case_weights",))
+        policy_data = data.get("policy", {})
+        on_violation = policy_data.get("on_violation", "zero")
+        tasks = tuple(self.task(task, ("tasks", i), on_violation) for i, task in enumerate(data["tasks"]))
+        bonus = None
+        if "bonus" in data:
+            raw_items = data["bonus"]["items"]
+            items = tuple(
+                self.item(it, ("bonus", "items", i), on_violation, bonus=True) for i, it in enumerate(raw_items)
+            )
+            bonus = Bonus(cap=data["bonus"]["cap"], items=items)
+        late = data.get("late")
+        return Rubric(
+            source=source,
+            digest=digest,
+            assignment=Assignment(**data["assignment"]),
+            student_files=self.student_files,
+            deliverables=self.deliverables,
+            tasks=tasks,
+            bonus=bonus,
+            policy=self.policy(policy_data.get("allow", {})),
+            limits=Limits(**data.get("limits", {})),
+            visibility=Visibility(**data.get("visibility", {})),
+            late=self.late(late) if late is not None else None,
+            case_ids=self.case_ids,
+        )
+
+    # -- sections
+
+    def policy(self, allow: dict[str, list[str]]) -> Policy:
+        known = COLLECTIVES | PROCESS_GROUP_METHODS
+        for key, names in allow.items():
+            path: _KeyPath = ("policy", "allow", key)
+            if key.split("::")[0] not in self.student_files:
+                self.error(path, f"policy.allow: {key!r} is not in student_files", key=True)
+            for i, name in enumerate(names):
+                if name not in known:
+                    self.error((*path, i), f"policy.allow.{key}: {name!r} is not a torch.distributed collective")
+        return Policy(functions={key: FunctionPolicy(frozenset(names)) for key, names in allow.items()})
+
+    def late(self, late: dict[str, Any]) -> LatePolicy:
+        deadline = None
+        if late["deadline"] is not None:
+            try:
+                deadline = datetime.fromisoformat(late["deadline"])
+            except ValueError:
+                self.error(("late", "deadline"), f"late.deadline: {late['deadline']!r} is not an ISO 8601 time")
+            else:
+                if deadline.tzinfo is None:
+                    self.error(("late", "deadline"), "late.deadline: give a time zone, e.g. +00:00")
+        return LatePolicy(
+            deadline=deadline,
+            penalty_percent_per_day=late["penalty_percent_per_day"],
+            cap_percent=late["cap_percent"],
+            grace_minutes=late.get("grace_minutes", 0.0),
+        )
+
+    def task(self, task: dict[str, Any], path: _KeyPath, on_violation: str) -> Task:
+        items = tuple(
+            self.item(it, (*path, "items", i), on_violation, bonus=False) for i, it in enumerate(task["items"])
+        )
+        total = sum(item.points for item in items)
+        if not math.isclose(total, task["points"], abs_tol=1e-9):
+            self.error(
+                (*path, "points"),
+                f"task {task['id']}: its items' points add up to {total:g}, not {task['points']:g}",
+            )
+        return Task(id=task["id"], title=task["title"], points=task["points"], items=items)
+
+    def item(self, raw: dict[str, Any], path: _KeyPath, on_violation: str, *, bonus: bool) -> Item:
+        item_id = raw["id"]
+        if item_id in self.item_ids:
+            self.error((*path, "id"), f"item id {item_id!r} is used twice")
+        kinds = [kind for kind in SCORING_KINDS if kind in raw]
+        if len(kinds) != 1:
+            found = ", ".join(kinds) or "none"
+            self.error(path, f"item {item_id}: give exactly one of {', '.join(SCORING_KINDS)} (found: {found})")
+        for i, function in enumerate(raw.get("functions", [])):
+            if function.split("::")[0] not in self.student_files:
+                self.error((*path, "functions", i), f"item {item_id}: {function!r} is not in student_files")
+        scoring = self.scoring(kinds[0] if kinds else "manual", raw, path)
+        self.item_ids.append(item_id)
+        return Item(
+            id=item_id,
+            title=raw["title"],
+            points=raw["points"],
+            scoring=scoring,
+            functions=tuple(raw.get("functions", [])),
+            on_violation=raw.get("on_violation", on_violation),
+            bonus=bonus,
+        )
+
+    def scoring(self, kind: str, raw: dict[str, Any], path: _KeyPath) -> Scoring:
+        item_id, points = raw["id"], raw["points"]
+        value: Any = raw.get(kind)
+        if kind == "cases":
+            return self.cases(value, (*path, "cases"), item_id)
+        if kind == "trace":
+            return self.trace(value, (*path, "trace"), item_id, points)
+        if kind == "deliverable":
+            self.deliverable_exists(value, (*path, "deliverable"), item_id)
+            return DeliverableScoring(value)
+        if kind == "written":
+            return self.written(value, (*path, "written"), item_id, points)
+        return ManualScoring(**(value or {}))
+
+    # -- scoring kinds
+
+    def patterns(self, value: str | list[str], path: _KeyPath) -> tuple[str, ...]:
+        patterns = _tuple(value)
+        for i, pattern in enumerate(patterns):
+            if not any(matches((pattern,), case) for case in self.case_ids):
+                where = path if isinstance(value, str) else (*path, i)
+                self.error(where, f"case pattern {pattern!r} matches no matrix case")
+        return patterns
+
+    def weights(self, rules: list[dict[str, Any]], path: _KeyPath) -> tuple[CaseWeight, ...]:
+        return tuple(
+            CaseWeight(self.patterns(rule["match"], (*path, i, "match")), rule["weight"])
+            for i, rule in enumerate(rules)
+        )
+
+    def cases(self, raw: dict[str, Any], path: _KeyPath, item_id: str) -> CasesScoring:
+        if ("match" in raw) == ("components" in raw):
+            self.error(path, f"item {item_id}: cases needs either match or components")
+        if "components" in raw:
+            components = tuple(
+                Component(c["name"], self.patterns(c["match"], (*path, "components", i, "match")), c["share"])
+                for i, c in enumerate(raw["components"])
+            )
+        else:
+            components = (Component("", self.patterns(raw.get("match", []), (*path, "match")), 1.0),)
+        shares = sum(c.share for c in components)
+        if not math.isclose(shares, 1.0, abs_tol=1e-9):
+            self.error((*path, "components"), f"item {item_id}: component shares add up to {shares:g}, not 1")
+        mode = raw.get("mode", "proportional")
+        if (mode == "thresholds") != ("thresholds" in raw):
+            self.error(path, f"item {item_id}: thresholds are given exactly when mode is thresholds")
+        thresholds = tuple(Threshold(**t) for t in raw.get("thresholds", []))
+        fallback = None
+        if "fallback" in raw:
+            fb = raw["fallback"]
+            requires = fb.get("requires_failed")
+            if requires is not None and requires not in self.item_ids:
+                self.error(
+                    (*path, "fallback", "requires_failed"),
+                    f"item {item_id}: requires_failed {requires!r} is not an item declared before this one",
+                )
+            fallback = Fallback(self.patterns(fb["match"], (*path, "fallback", "match")), fb["feedback"], requires)
+        scoring = CasesScoring(
+            components=components,
+            mode=mode,
+            thresholds=thresholds,
+            weights=self.weights(raw.get("weights", []), (*path, "weights")) + self.case_weights,
+            fallback=fallback,
+        )
+        for i, component in enumerate(components):
+            if not any(scoring.weight(c) > 0 for c in self.case_ids if matches(component.match, c)):
+                where = (*path, "components", i) if "components" in raw else path
+                self.error(where, f"item {item_id}: every case it matches has weight 0, so it can never score")
+        return scoring
+
+    def trace(self, raw: list[dict[str, Any]], path: _KeyPath, item_id: str, points: float) -> TraceScoring:
+        checks = []
+        for i, check in enumerate(raw):
+            where: _KeyPath = (*path, i)
+            cases = [c for c in self.case_ids if matches((check["case"],), c)]
+            if len(cases) != 1:
+                self.error((*where, "case"), f"trace check: {check['case']!r} must name exactly one matrix case")
+            given = [k for k in ("max", "min", "empty", "contains", "excludes") if k in check]
+            numeric = check["metric"] in NUMERIC_METRICS
+            allowed = ("max", "min") if numeric else ("empty", "contains", "excludes")
+            if len(given) != 1 or given[0] not in allowed:
+                # Point at the comparison that does not belong, if there is one.
+                extra = [k for k in given if k not in allowed] + given[1:]
+                self.error(
+                    (*where, extra[0]) if extra else where,
+                    f"trace check on {check['metric']}: give exactly one of {', '.join(allowed)}",
+                    key=bool(extra),
+                )
+            if "relative_to" in check and not numeric:
+                self.error((*where, "relative_to"), "trace check: relative_to only applies to max/min")
+            checks.append(TraceCheck(**check))
+        total = sum(c.points for c in checks)
+        if not math.isclose(total, points, abs_tol=1e-9):
+            self.error(path, f"item {item_id}: its trace checks' points add up to {total:g}, not {points:g}")
+        return TraceScoring(tuple(checks))
+
+    def deliverable_exists(self, name: str, path: _KeyPath, item_id: str) -> None:
+        if name not in self.deliverables:
+            self.error(path, f"item {item_id}: deliverable {name!r} is not declared under deliverables")
+
+    def written(self, raw: dict[str, Any], path: _KeyPath, item_id: str, points: float) -> WrittenScoring:
+        self.deliverable_exists(raw["deliverable"], (*path, "deliverable"), item_id)
+        questions = []
+        for i, q in enumerate(raw["questions"]):
+            checks = []
+            for j, check in enumerate(q["expect"]):
+                for k, regex in enumerate(check["any_of"]):
+                    try:
+                        re.compile(regex)
+                    except re.error as exc:
+                        self.error((*path, "questions", i, "expect", j, "any_of", k), f"bad regex: {exc}")
+                checks.append(AnswerCheck(check["describe"], tuple(check["any_of"])))
+            questions.append(WrittenQuestion(q["id"], q["points"], tuple(checks)))
+        ids = [q.id for q in questions]
+        if len(set(ids)) != len(ids):
+            self.error((*path, "questions"), f"item {item_id}: question ids repeat")
+        total = sum(q.points for q in questions)
+        if not math.isclose(total, points, abs_tol=1e-9):
+            self.error(path, f"item {item_id}: its questions' points add up to {total:g}, not {points:g}")
+        return WrittenScoring(raw["deliverable"], tuple(questions))
