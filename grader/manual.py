@@ -1,0 +1,145 @@
+"""Instructor scores for manual items (the diagram, written-answer overrides), merged into a result.
+
+The manual-scores file is kept apart from the cached automatic result (``results.json``): merging
+happens every time the gradebook is built, so editing the file never needs a regrade, and removing
+a line from it restores the automatic score instead of leaving a stale override behind.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grader.errors import UserError
+from grader.results import GradeResult, ItemStatus
+
+
+@dataclass
+class ManualScores:
+    """One student's instructor scores: item id -> points, and optional comments by item id."""
+
+    scores: dict[str, float] = field(default_factory=dict)
+    comments: dict[str, str] = field(default_factory=dict)
+
+
+def load_manual(path: Path) -> dict[str, ManualScores]:
+    """Read a CSV ``student,item,points[,comment]`` (header optional) or YAML ``{student: {item: points}}``.
+
+    In YAML an item may also be ``{points: 4, comment: "..."}``.  Errors name the file and line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: manual-scores file not found")
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return _load_yaml(path)
+    return _load_csv(path)
+
+
+def _load_csv(path: Path) -> dict[str, ManualScores]:
+    out: dict[str, ManualScores] = {}
+    with path.open(newline="", encoding="utf-8-sig") as fh:
+        for lineno, row in enumerate(csv.reader(fh), start=1):
+            cells = [c.strip() for c in row]
+            if not any(cells) or cells[0].startswith("#"):
+                continue
+            if lineno == 1 and [c.lower() for c in cells[:3]] == ["student", "item", "points"]:
+                continue
+            if len(cells) not in (3, 4):
+                raise UserError(
+                    f"{path}:{lineno}: expected student,item,points[,comment] (quote a comment with commas)"
+                )
+            student, item, points = cells[:3]
+            entry = out.setdefault(student, ManualScores())
+            if item in entry.scores:
+                raise UserError(f"{path}:{lineno}: a second score for {student} / {item}")
+            entry.scores[item] = _points(points, f"{path}:{lineno}")
+            if len(cells) == 4 and cells[3]:
+                entry.comments[item] = cells[3]
+    return out
+
+
+def _load_yaml(path: Path) -> dict[str, ManualScores]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping student -> {{item: points}}")
+    out: dict[str, ManualScores] = {}
+    for student, items in data.items():
+        where = f"{path}: {student}"
+        if not isinstance(items, dict):
+            raise UserError(f"{where}: expected a mapping item -> points")
+        entry = out.setdefault(str(student), ManualScores())
+        for item, value in items.items():
+            if isinstance(value, dict):
+                if "points" not in value:
+                    raise UserError(f"{where} / {item}: a mapping needs 'points'")
+                entry.scores[str(item)] = _points(value["points"], f"{where} / {item}")
+                if value.get("comment"):
+                    entry.comments[str(item)] = str(value["comment"])
+            else:
+                entry.scores[str(item)] = _points(value, f"{where} / {item}")
+    return out
+
+
+def _points(value: Any, where: str) -> float:
+    try:
+        points = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{where}: points must be a number, got {value!r}") from None
+    if not math.isfinite(points):
+        raise UserError(f"{where}: points must be finite, got {value!r}")
+    return points
+
+
+def apply_manual(
+    result: GradeResult, scores: dict[str, float], comments: dict[str, str] | None = None
+) -> GradeResult:
+    """A copy of ``result`` with instructor scores set on the named items and every total recomputed.
+
+    Raises :class:`UserError` for an item the result does not have or points outside ``[0, max]``:
+    a typo must not silently leave an item at its automatic score.
+    """
+    merged = copy.deepcopy(result)
+    comments = comments or {}
+    known = {item.id: item for item in merged.items()}
+    for item_id, points in scores.items():
+        item = known.get(item_id)
+        if item is None:
+            raise UserError(f"manual score for unknown item {item_id!r} (items: {', '.join(sorted(known))})")
+        if not 0 <= points <= item.max_score:
+            raise UserError(f"manual score {points:g} for {item_id!r} is outside 0..{item.max_score:g}")
+        item.score = float(points)
+        item.status = ItemStatus.MANUAL
+        if comments.get(item_id):
+            item.feedback = comments[item_id]
+    recompute_totals(merged)
+    return merged
+
+
+def recompute_totals(result: GradeResult) -> None:
+    """Recompute task sums, the bonus, the late penalty and the total of ``result`` in place.
+
+    The rule of ``grader.scoring.score`` (which exposes no function for the total alone): a task
+    scores the sum of its items capped at its ``max_score`` (for the bonus task, the bonus cap);
+    the late penalty is ``late.percent`` percent of (tasks + bonus); the total is tasks + bonus -
+    penalty, never below 0; task scores, the penalty and the total are rounded to 2 decimals.
+    """
+    for task in result.tasks:
+        task.score = round(min(task.max_score, sum(item.score for item in task.items)), 2)
+    earned = sum(task.score for task in result.tasks if not task.bonus)
+    result.bonus_score = sum(task.score for task in result.tasks if task.bonus)
+    gross = earned + result.bonus_score
+    penalty = 0.0
+    if result.late is not None:
+        penalty = round(gross * result.late.percent / 100, 2)
+        result.late = dataclasses.replace(result.late, points=penalty)
+    result.score = round(max(0.0, gross - penalty), 2)
