@@ -7,7 +7,7 @@ For that sum to be exactly the grader's score (rounded to cents):
 * there is one test per rubric item, scored with its earned points (bonus items add theirs);
 * what the items do not show gets a row of its own: ``bonus cap`` (bonus earned over the cap),
   ``late penalty`` (negative; it also carries the floor at 0) and, should the grader's total still
-  differ from the rows, ``score adjustment``; a grading error adds an ``error`` row worth 0;
+  differ from the rows, ``score adjustment``; a grading error adds a ``grader error`` row worth 0;
 * the rows are rounded to cents so that the cents add up to the total (largest remainder: every
   row is within a cent of its exact value, and the total is never off);
 * cents are not binary fractions (0.1 + 0.2 is 0.30000000000000004 in doubles), so when the
