@@ -75,9 +75,9 @@ class Limits:
     memory_mb: int = 2048  # address space per rank
     output_kb: int = 64  # stdout/stderr kept per case
     nproc: int = 64  # processes per rank (RLIMIT_NPROC)
-    cpu_s: float = 60.0  # CPU seconds per rank
+    cpu_s: int = 60  # CPU seconds per rank (RLIMIT_CPU takes whole seconds)
     file_size_mb: int = 64  # largest file a rank may write
-    submission_mb: float = 20.0  # largest submission intake accepts
+    submission_mb: int = 20  # largest submission intake accepts
     total_timeout_s: float = 600.0  # the whole matrix run
 
 
@@ -263,6 +263,11 @@ class Rubric:
     @property
     def max_score(self) -> float:
         return sum(task.points for task in self.tasks)
+
+    @property
+    def deliverable_files(self) -> tuple[str, ...]:
+        """Every file name a deliverable may have: intake copies these besides the student files."""
+        return tuple(name for d in self.deliverables.values() for name in d.any_of)
 
     def items(self) -> list[Item]:
         bonus = list(self.bonus.items) if self.bonus else []

@@ -119,6 +119,12 @@ def test_a9_policy_limits_late_and_digest():
         1.0,
         2048,
     )
+    assert rubric.deliverable_files == (
+        "all_to_all_schematic.pdf",
+        "all_to_all_schematic.png",
+        "written_answers_task1.md",
+        "written_answers_task1.pdf",
+    )
     assert rubric.late is not None and rubric.late.deadline is None
     assert rubric.visibility.hidden is False
     assert rubric.digest == "sha256:" + hashlib.sha256(A9.read_bytes()).hexdigest()
@@ -157,7 +163,7 @@ def test_sections_left_out_take_their_defaults(tmp_path):
     assert rubric.limits == Limits(case_timeout_s=10, deadlock_after_s=1.0, memory_mb=2048, output_kb=64)
     assert (rubric.limits.nproc, rubric.limits.cpu_s, rubric.limits.file_size_mb) == (64, 60, 64)
     assert (rubric.limits.submission_mb, rubric.limits.total_timeout_s) == (20, 600)
-    assert rubric.bonus is None and rubric.late is None and rubric.deliverables == {}
+    assert rubric.bonus is None and rubric.late is None and rubric.deliverable_files == ()
     assert rubric.item("t.a").on_violation == "zero"
     assert rubric.policy.for_function("src/collectives.py", "anything").forbids("all_reduce")
 
