@@ -50,6 +50,7 @@ from grader.errors import UserError
 from grader.intake import materialize
 from grader.manual import ManualScores, apply_manual, load_manual
 from grader.render.html import fmt_points, render_class_report, render_student_report
+from grader.render.outputs import atomic_write
 from grader.results import GradeResult, ItemStatus, Verdict
 from grader.rubric import Rubric, default_rubric_path, load_rubric
 
@@ -151,12 +152,7 @@ def _checked(students: list[Student], where: Path) -> list[Student]:
     """Names become directory names: refuse anything that could escape ``students/`` or collide."""
     seen: set[str] = set()
     for s in students:
-        if (
-            not s.name
-            or s.name.startswith(".")
-            or any(c in s.name for c in "/\\\0")
-            or s.name != s.name.strip()
-        ):
+        if not s.name or s.name.startswith(".") or any(c in s.name for c in "/\\\0") or s.name != s.name.strip():
             raise UserError(f"{where}: {s.name!r} is not usable as a student name")
         if s.name in seen:
             raise UserError(f"{where}: student {s.name!r} appears twice")
@@ -188,9 +184,7 @@ def _parse_iso(value: str, where: str) -> datetime:
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise UserError(
-            f"{where}: {value!r} is not an ISO 8601 time (e.g. 2025-03-01T23:59:00+01:00)"
-        ) from None
+        raise UserError(f"{where}: {value!r} is not an ISO 8601 time (e.g. 2025-03-01T23:59:00+01:00)") from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -255,16 +249,7 @@ def prepare_rubric(rubric: Path | None, deadline: str | None, out: Path) -> Path
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory and ``os.replace``: readers never see half a file."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with tmp.open("w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write(path, text.encode("utf-8"))
 
 
 def _install_dir(tmp: Path, final: Path) -> None:
@@ -331,11 +316,7 @@ class _Grader:
         if key is None:
             _record(final, Outcome(NO_SUBMISSION, why))
             return NO_SUBMISSION, False
-        if (
-            not self.force
-            and _read_json(final / "cache-key.json") == key
-            and (final / "results.json").is_file()
-        ):
+        if not self.force and _read_json(final / "cache-key.json") == key and (final / "results.json").is_file():
             return "cached", False
         return self.grade(student, key).status, True
 
@@ -474,12 +455,8 @@ def flags_for(outcome: Outcome, result: GradeResult | None, case_verdicts: dict[
     return sorted(flags)
 
 
-def gradebook_row(
-    student: str, outcome: Outcome, result: GradeResult | None, verdicts: dict[str, str]
-) -> GradebookRow:
-    row = GradebookRow(
-        student, outcome.status, flags=flags_for(outcome, result, verdicts), message=outcome.message
-    )
+def gradebook_row(student: str, outcome: Outcome, result: GradeResult | None, verdicts: dict[str, str]) -> GradebookRow:
+    row = GradebookRow(student, outcome.status, flags=flags_for(outcome, result, verdicts), message=outcome.message)
     if outcome.status == NO_SUBMISSION:
         row.total = 0.0
     if result is not None and outcome.status == GRADED:

@@ -18,6 +18,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from grader import render
 from grader.results import GradeResult, ItemResult, ItemStatus, Verdict
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ pre{background:#f3f4f6;padding:8px 10px;border-radius:6px;white-space:pre-wrap;m
 .panel{border:2px dashed #cbd5e1;border-radius:10px;padding:28px;text-align:center;color:var(--muted)}
 .error{border-color:#fecaca;background:#fef2f2;color:#991b1b}
 .grid{display:flex;flex-wrap:wrap;gap:12px}
+svg[data-diagram]{max-width:100%;height:auto}
 svg text{font-family:"DejaVu Sans",system-ui,sans-serif}
 svg .halo{paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}
 """
@@ -76,6 +78,7 @@ _STATUS_CLASS = {
     ItemStatus.PENDING_REVIEW.value: "info",
     ItemStatus.MANUAL.value: "man",
     "no_submission": "off",
+    "off": "mid",
     Verdict.MISSING.value: "off",
 }
 
@@ -85,11 +88,8 @@ _STATUS_CLASS = {
 
 
 def fmt_points(value: float | None) -> str:
-    """Points as the gradebook and the reports print them: at most two decimals, no trailing zeros."""
-    if value is None:
-        return ""
-    text = f"{value:.2f}".rstrip("0").rstrip(".")
-    return "0" if text == "-0" else text
+    """Points as every renderer prints them (``grader.render.fmt_points``); blank for no value."""
+    return "" if value is None else render.fmt_points(value)
 
 
 def report_href(student: str) -> str:
@@ -127,8 +127,7 @@ def _section(section_id: str, title: str, content: str) -> str:
 
 def _table(head: Sequence[str], rows: Iterable[str], numeric: Sequence[int] = ()) -> str:
     cells = "".join(
-        f'<th class="num">{escape(h)}</th>' if i in numeric else f"<th>{escape(h)}</th>"
-        for i, h in enumerate(head)
+        f'<th class="num">{escape(h)}</th>' if i in numeric else f"<th>{escape(h)}</th>" for i, h in enumerate(head)
     )
     return f"<table><thead><tr>{cells}</tr></thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table>"
 
@@ -173,19 +172,14 @@ def _provenance(result: GradeResult) -> str:
     facts.append(f"grader {escape(result.grader_version)}")
     facts.append(f"rubric <code>{escape(result.rubric_digest[:19])}</code>")
     problems = "".join(f"<li>{escape(p)}</li>" for p in sub.problems)
-    return f'<p class="muted small">{" · ".join(facts)}</p>' + (
-        f"<ul class=small>{problems}</ul>" if problems else ""
-    )
+    return f'<p class="muted small">{" · ".join(facts)}</p>' + (f"<ul class=small>{problems}</ul>" if problems else "")
 
 
 def _summary(result: GradeResult) -> str:
     late = result.late
-    late_text = (
-        f"{late.days_late} day(s) late, {fmt_points(late.percent)}%" if late and late.days_late else "on time"
-    )
+    late_text = f"{late.days_late} day(s) late: {fmt_points(late.percent)}%" if late and late.days_late else "on time"
     error = (
-        f'<div class="panel error"><strong>The grader could not finish:</strong> '
-        f"{escape(result.error or '')}</div>"
+        f'<div class="panel error"><strong>The grader could not finish:</strong> {escape(result.error or "")}</div>'
         if result.status != "graded"
         else ""
     )
@@ -212,8 +206,7 @@ def _task_table(task_id: str, title: str, score: float, max_score: float, items:
     for item in items:
         feedback = f'<div class="feedback">{escape(item.feedback)}</div>' if item.feedback else ""
         failures = "".join(
-            f"<li><code>{escape(f.id)}</code> {_badge(f.verdict.value)} {escape(f.message)}</li>"
-            for f in item.failures
+            f"<li><code>{escape(f.id)}</code> {_badge(f.verdict.value)} {escape(f.message)}</li>" for f in item.failures
         )
         cases = f"{item.cases.passed}/{item.cases.total}" if item.cases.total else ""
         rows.append(
@@ -243,14 +236,12 @@ def _findings(result: GradeResult) -> str:
 def _isolation(result: GradeResult) -> str:
     if not result.isolation:
         return _empty("The grader recorded no isolation layers.")
-    rows = []
-    for layer, state in result.isolation.items():
-        on = state == "on"
-        why = "" if on else state.removeprefix("off").lstrip(": ")
-        rows.append(
-            f"<tr><td>{escape(layer)}</td><td>{_badge('on' if on else 'off')}</td>"
-            f"<td class='muted'>{escape(why)}</td></tr>"
-        )
+    off = render.isolation_off(result)
+    rows = [
+        f"<tr><td>{escape(layer)}</td><td>{_badge('off' if layer in off else 'on')}</td>"
+        f"<td class='muted'>{escape(off.get(layer, ''))}</td></tr>"
+        for layer in result.isolation
+    ]
     return _table(["Layer", "State", "Why off"], rows)
 
 
@@ -294,12 +285,7 @@ def _events(raw: Any) -> list[_Event]:
             )
         except (KeyError, TypeError, ValueError):
             continue
-        if (
-            event.op in SEND_OPS | RECV_OPS
-            and math.isfinite(event.t)
-            and 0 <= event.rank < 64
-            and 0 <= event.peer < 64
-        ):
+        if event.op in SEND_OPS | RECV_OPS and math.isfinite(event.t) and 0 <= event.rank < 64 and 0 <= event.peer < 64:
             events.append(event)
     return sorted(events, key=lambda e: (e.t, e.rank))
 
@@ -366,9 +352,7 @@ def render_all_to_all_diagram(trace: Mapping[str, Any]) -> str:
         )
     ticks = sorted({0, len(times) - 1, *range(0, len(times), max(1, len(times) // 6))})
     axis_y = y(ranks[-1]) + 40
-    svg.append(
-        f'<line x1="{left}" y1="{axis_y - 12}" x2="{width - 24}" y2="{axis_y - 12}" stroke="#94a3b8"/>'
-    )
+    svg.append(f'<line x1="{left}" y1="{axis_y - 12}" x2="{width - 24}" y2="{axis_y - 12}" stroke="#94a3b8"/>')
     for i in ticks:
         svg.append(
             f'<text x="{left + step * i}" y="{axis_y + 4}" font-size="11" fill="#6b7280" '
@@ -379,7 +363,7 @@ def render_all_to_all_diagram(trace: Mapping[str, Any]) -> str:
         "time since case start, ms (events spaced in order) →</text>"
     )
     for n, m in enumerate(messages):
-        svg.append(_arrow(m, n, x, y, step))
+        svg.append(_arrow(m, n, x, y, step, lane_h))
     for e in orphans:
         svg.append(
             f'<text x="{x(e)}" y="{y(e.rank) + 5}" font-size="16" font-weight="700" fill="#b91c1c" '
@@ -398,7 +382,7 @@ def _describe(e: _Event) -> str:
     return f"rank {e.rank} {e.op}({'dst' if e.op in SEND_OPS else 'src'}={e.peer}) at {e.t * 1000:.3f} ms"
 
 
-def _arrow(m: _Message, n: int, x: Any, y: Any, step: float) -> str:
+def _arrow(m: _Message, n: int, x: Any, y: Any, step: float, lane_h: float) -> str:
     colour = _colour(m.src)
     x1, y1 = x(m.send), y(m.src)
     y2 = y(m.dst)
@@ -407,14 +391,14 @@ def _arrow(m: _Message, n: int, x: Any, y: Any, step: float) -> str:
     x2 = max(x(m.recv), x1 + step * 0.6) if m.recv else x1 + step * 0.6
     label = f"r{m.src}→r{m.dst} [{','.join(map(str, m.send.shape))}]"
     title = escape(
-        f"chunk {m.dst} of r{m.src}: {_describe(m.send)} → "
-        + (_describe(m.recv) if m.recv else "never received")
+        f"chunk {m.dst} of r{m.src}: {_describe(m.send)} → " + (_describe(m.recv) if m.recv else "never received")
     )
     parts = [f'<g data-message="{n}" data-src="{m.src}" data-dst="{m.dst}"><title>{title}</title>']
     if m.recv and x(m.recv) < x2:
+        wait_y = y2 + 3 * (m.src - m.dst) / max(1, abs(m.src - m.dst))  # senders above/below the lane
         parts.append(
-            f'<line x1="{x(m.recv)}" y1="{y2}" x2="{x2}" y2="{y2}" stroke="{colour}" stroke-width="2" '
-            'stroke-dasharray="2 3" opacity="0.7"/>'
+            f'<line x1="{x(m.recv)}" y1="{wait_y}" x2="{x2}" y2="{wait_y}" stroke="{colour}" stroke-width="1.5" '
+            'stroke-dasharray="2 3" opacity="0.8"/>'
         )
     dash = "" if m.recv else ' stroke-dasharray="6 4"'
     # Stop short of the lane so the arrow head does not hide the receive's marker.
@@ -425,18 +409,15 @@ def _arrow(m: _Message, n: int, x: Any, y: Any, step: float) -> str:
     )
     parts.append(f'<circle cx="{x1}" cy="{y1}" r="5" fill="{colour}"/>')
     if m.recv:
-        parts.append(
-            f'<circle cx="{x(m.recv)}" cy="{y2}" r="4.5" fill="#fff" stroke="{colour}" stroke-width="2"/>'
-        )
+        parts.append(f'<circle cx="{x(m.recv)}" cy="{y2}" r="4.5" fill="#fff" stroke="{colour}" stroke-width="2"/>')
     else:
-        parts.append(
-            f'<text x="{x2 + 6}" y="{y2 - shrink}" font-size="11" fill="#b91c1c">never received</text>'
-        )
-    frac = (0.3, 0.5, 0.7)[n % 3]  # stagger labels of neighbouring arrows
-    lx, ly = x1 + (x2 - x1) * frac, y1 + (y2 - shrink - y1) * frac
+        parts.append(f'<text x="{x2 + 6}" y="{y2 - shrink}" font-size="11" fill="#b91c1c">never received</text>')
+    # Between the sender's lane and the next one (never on a lane), alternating height so the labels
+    # of neighbouring arrows do not overlap.
+    frac = (0.3 if n % 2 == 0 else 0.62) * lane_h / abs(y2 - shrink - y1)
+    lx, ly = x1 + (x2 - x1) * frac, y1 + (y2 - shrink - y1) * frac + 4
     parts.append(
-        f'<text class="halo" x="{lx + 4:.1f}" y="{ly:.1f}" font-size="10.5" fill="{colour}">'
-        f"{escape(label)}</text>"
+        f'<text class="halo" x="{lx + 4:.1f}" y="{ly:.1f}" font-size="10.5" fill="{colour}">{escape(label)}</text>'
     )
     return "".join(parts) + "</g>"
 
@@ -446,11 +427,7 @@ def _message_table(messages: list[_Message], orphans: list[_Event]) -> str:
         f"<tr><td class='num'>{n + 1}</td><td>r{m.src} → r{m.dst}</td><td>chunk {m.dst} of r{m.src}</td>"
         f"<td><code>[{', '.join(map(str, m.send.shape))}] {escape(m.send.dtype)}</code></td>"
         f"<td class='num'>{m.send.nbytes}</td><td>{escape(m.send.op)} @ {m.send.t * 1000:.3f} ms</td>"
-        + (
-            f"<td>{escape(m.recv.op)} @ {m.recv.t * 1000:.3f} ms</td>"
-            if m.recv
-            else "<td>never received</td>"
-        )
+        + (f"<td>{escape(m.recv.op)} @ {m.recv.t * 1000:.3f} ms</td>" if m.recv else "<td>never received</td>")
         + "</tr>"
         for n, m in enumerate(messages)
     ]
@@ -460,9 +437,7 @@ def _message_table(messages: list[_Message], orphans: list[_Event]) -> str:
         "the k-th send r→p is paired with the k-th receive at p from r. Dotted: a receive posted "
         "before its message was sent. The chunk named is the one all-to-all should send to that peer.</p>"
     )
-    table = _table(
-        ["#", "Message", "Expected chunk", "Shape, dtype", "Bytes", "Send", "Receive"], rows, numeric=(0, 4)
-    )
+    table = _table(["#", "Message", "Expected chunk", "Shape, dtype", "Bytes", "Send", "Receive"], rows, numeric=(0, 4))
     return note + f"<details><summary>All messages</summary>{table}</details>"
 
 
@@ -532,9 +507,7 @@ def _roster(rows: Sequence[GradebookRow], results: Mapping[str, GradeResult | No
         tasks += [t for t in row.tasks if t not in tasks]
     body = []
     for row in rows:
-        cells = "".join(
-            f'<td class="num">{_points(row.tasks.get(t), student=row.student, task=t)}</td>' for t in tasks
-        )
+        cells = "".join(f'<td class="num">{_points(row.tasks.get(t), student=row.student, task=t)}</td>' for t in tasks)
         fixed = "".join(
             f'<td class="num">{_points(value, student=row.student, field=name)}</td>'
             for name, value in (
@@ -548,10 +521,10 @@ def _roster(rows: Sequence[GradebookRow], results: Mapping[str, GradeResult | No
             f"<td>{_student_link(row.student, results)}</td>{cells}{fixed}<td>{_badge(row.status)}</td>"
             f'<td class="small">{escape(" ".join(row.flags))}</td></tr>'
         )
-    n = len(tasks)
-    return _table(
-        ["Student", *tasks, "Bonus", "Late", "Total", "Status", "Flags"], body, numeric=tuple(range(1, n + 4))
-    )
+    # "Task 1 — collectives with send/recv only" heads its column as "Task 1".
+    titles = {t.id: t.title.split(" — ")[0] for res in results.values() if res for t in res.tasks}
+    head = ["Student", *(titles.get(t, t) for t in tasks), "Bonus", "Late", "Total", "Status", "Flags"]
+    return _table(head, body, numeric=tuple(range(1, len(tasks) + 4)))
 
 
 def _histograms(graded: Mapping[str, GradeResult | None]) -> str:
@@ -573,12 +546,12 @@ def _histogram(key: str, title: str, max_score: float, scores: list[float]) -> s
     counts = [0] * HISTOGRAM_BINS
     for s in scores:
         counts[min(HISTOGRAM_BINS - 1, max(0, int(s / max_score * HISTOGRAM_BINS)))] += 1
-    w, h, pad, base = 360, 190, 30, 150
+    w, h, pad, base = 360, 200, 30, 165
     bw = (w - 2 * pad) / HISTOGRAM_BINS
     peak = max(counts) or 1
     bars = []
     for i, c in enumerate(counts):
-        bh = (base - 30) * c / peak
+        bh = (base - 52) * c / peak
         lo, hi = max_score * i / HISTOGRAM_BINS, max_score * (i + 1) / HISTOGRAM_BINS
         bars.append(
             f'<rect x="{pad + i * bw + 2:.1f}" y="{base - bh:.1f}" width="{bw - 4:.1f}" height="{bh:.1f}" '
@@ -599,9 +572,9 @@ def _histogram(key: str, title: str, max_score: float, scores: list[float]) -> s
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
         f'data-histogram="{escape(key)}" role="img"><title>{escape(title)}</title>'
-        f'<text x="{pad}" y="16" font-size="13" font-weight="700">{escape(title)}</text>'
-        f'<text x="{w - pad}" y="16" font-size="11" fill="#6b7280" text-anchor="end">{len(scores)} students, '
-        f"max {fmt_points(max_score)}</text>"
+        f'<text x="{pad}" y="14" font-size="13" font-weight="700">{escape(title)}</text>'
+        f'<text x="{pad}" y="30" font-size="11" fill="#6b7280">{len(scores)} students, '
+        f"out of {fmt_points(max_score)}</text>"
         f'<line x1="{pad}" y1="{base}" x2="{w - pad}" y2="{base}" stroke="#94a3b8"/>'
         f"{''.join(bars)}{labels}</svg>"
     )
@@ -616,7 +589,7 @@ def _item_rates(graded: Mapping[str, GradeResult | None]) -> str:
         return _empty("No graded submission yet.")
     rows = []
     for item_id, seen in items.items():
-        full = sum(i.score >= i.max_score for i in seen) / len(seen)
+        full = sum(render.earned_full(i) for i in seen) / len(seen)
         passed, total = sum(i.cases.passed for i in seen), sum(i.cases.total for i in seen)
         rows.append(
             f'<tr data-item="{escape(item_id)}"><td>{escape(seen[0].title)} <span class="muted small">'
@@ -626,9 +599,7 @@ def _item_rates(graded: Mapping[str, GradeResult | None]) -> str:
             f"<td>{_bar(full)}</td>"
             f'<td class="num">{f"{passed}/{total} ({passed / total * 100:.0f}%)" if total else ""}</td></tr>'
         )
-    return _table(
-        ["Item", "Mean points", "Full marks", "", "Cases passed (all students)"], rows, numeric=(1, 2, 4)
-    )
+    return _table(["Item", "Mean points", "Full marks", "", "Cases passed (all students)"], rows, numeric=(1, 2, 4))
 
 
 def _case_rates(case_verdicts: Mapping[str, Mapping[str, str]], students: set[str]) -> str:
@@ -654,9 +625,7 @@ def _case_rates(case_verdicts: Mapping[str, Mapping[str, str]], students: set[st
         )
 
     head = ["Case", "Pass rate", "", "Other verdicts (student runs)"]
-    by_rate = sorted(
-        per_case.items(), key=lambda kv: (kv[1][Verdict.PASS.value] / sum(kv[1].values()), kv[0])
-    )
+    by_rate = sorted(per_case.items(), key=lambda kv: (kv[1][Verdict.PASS.value] / sum(kv[1].values()), kv[0]))
     return (
         _table(
             ["Test", "Pass rate", "", "Other verdicts (student runs)"],
@@ -698,9 +667,7 @@ def _violations(results: Mapping[str, GradeResult | None], rows: Sequence[Gradeb
             body.append(
                 f"<tr><td>{_student_link(row.student, results)}</td><td>{escape(f.rule)}</td>"
                 f"<td><code>{escape(f.file)}:{f.line}</code> {escape(f.function or '')}</td>"
-                f"<td>{escape(f.message)}"
-                + (f"<pre>{escape(f.source)}</pre>" if f.source else "")
-                + "</td></tr>"
+                f"<td>{escape(f.message)}" + (f"<pre>{escape(f.source)}</pre>" if f.source else "") + "</td></tr>"
             )
     if not body:
         return _empty("No policy violation in any submission.")
