@@ -7,6 +7,7 @@ no checking: the verdict is the runner's (``verdicts.py``), made from values it 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -129,7 +130,8 @@ def _ulysses(student: Student, params: dict[str, Any], t: Tensors) -> Tensors:
     block = _block(student, params, t)
     if not params.get("trusted_all_to_all"):
         return {"out": _tensor(block.forward_ulysses(t["x"]), "forward_ulysses")}
-    modules = [student.module("src.transformer"), student.module("src.collectives")]
+    # src.collectives is in sys.modules by now: the student's, or the placeholder of a broken one
+    modules = [student.module("src.transformer"), sys.modules["src.collectives"]]
     saved = [getattr(m, "my_all_to_all", None) for m in modules]
     for m in modules:
         m.my_all_to_all = trusted_all_to_all

@@ -94,7 +94,8 @@ def _placeholder(name: str, reason: str) -> Any:
     module = types.ModuleType(name)
 
     def unavailable(*args: Any, **kwargs: Any) -> Any:
-        raise StudentImportError(f"{name.split('.')[-1]}.py could not be imported: {reason}")
+        # not a StudentImportError: the caller's module did import, only this call fails
+        raise RuntimeError(f"{name.split('.')[-1]}.py could not be imported: {reason}")
 
     for fn in COLLECTIVE_NAMES:
         setattr(module, fn, unavailable)

@@ -31,6 +31,7 @@ _STATUS_VERDICT = {
     "import_error": Verdict.IMPORT_ERROR,
     "bad_return": Verdict.WRONG,
 }
+_CAUSE_ORDER = {"signaled": 0, "exited": 1, "wire_error": 2, "no_reply": 3, "exception": 4}
 _PRECEDENCE = [
     Verdict.FORBIDDEN,
     Verdict.MEMORY,
@@ -113,7 +114,8 @@ def _failure_message(verdict: Verdict, failures: list[tuple[RankReport, Verdict]
         waits = [_blocked(rep) for rep, v in failures if v is Verdict.HANG]
         kind = "likely deadlock" if run.hang == "deadlock" else "timed out"
         return f"{kind}: " + "; ".join(waits)
-    reps = [rep for rep, v in failures if v is verdict]
+    # the root cause first: a rank that died explains the peers that lost their connection to it
+    reps = sorted((rep for rep, v in failures if v is verdict), key=lambda rep: _CAUSE_ORDER.get(rep.status, 9))
     first = reps[0]
     message = first.message or first.status
     if not message.startswith("rank "):

@@ -1,0 +1,157 @@
+"""The hidden matrix and its launcher, specified by what they must say about real submissions."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from junitparser import JUnitXml
+
+from grader.matrix import catalog
+from grader.runner import run_matrix
+
+ROOT = Path(__file__).resolve().parent.parent
+FILES = ["src/collectives.py", "src/transformer.py"]
+ALLOWED = {"1": [], "2": ["all_reduce", "all_gather"]}
+
+
+def sandbox_of(tmp_path: Path, tree: Path, patch: dict[str, tuple[str, str]] | None = None) -> Path:
+    """A sandbox like the intake makes: ``src/`` with the two files and an empty ``__init__``."""
+    box = tmp_path / "sandbox"
+    (box / "src").mkdir(parents=True)
+    (box / "src" / "__init__.py").write_text("")
+    for name in FILES:
+        shutil.copy(tree / name, box / name)
+    for name, (old, new) in (patch or {}).items():
+        text = (box / name).read_text()
+        assert old in text, f"patch target not found in {name}"
+        (box / name).write_text(text.replace(old, new))
+    return box
+
+
+def verdicts(tmp_path: Path, box: Path, only: list[str] | None = None) -> dict[str, tuple[str, str]]:
+    run = run_matrix(box, FILES, tmp_path / "work", {}, ALLOWED, only=only)
+    out = {}
+    for suite in JUnitXml.fromfile(str(run.junit)):
+        for case in suite:
+            props = {p.get("name"): p.get("value") for p in case._elem.iter("property")}
+            out[case.name] = (props["verdict"], props.get("message", ""))
+    return out
+
+
+def test_catalog_is_large_and_every_case_has_a_test_function() -> None:
+    from grader.matrix import test_a9
+
+    assert len(catalog.all_case_ids()) >= 150
+    assert len(set(catalog.all_case_ids())) == len(catalog.all_case_ids())
+    assert set(catalog.tests()) == {name for name in vars(test_a9) if name.startswith("test_")}
+
+
+def test_case_ids_are_readable() -> None:
+    ids = catalog.all_case_ids()
+    assert "test_allreduce[ws3-float64-21]" not in ids  # allreduce sizes do not scale with ws
+    assert "test_allreduce[ws3-float64-7]" in ids
+    assert "test_broadcast[ws8-src7-float32-4x5]" in ids  # every src
+    assert "test_all_to_all[ws4-s-2g-3-float32]" in ids  # negative dims
+    assert "test_all_to_all[ws4-s1g1-float32]" in ids  # equal dims
+    assert "test_reduce_scatter[ws4-float32-large1M]" in ids
+
+
+@pytest.mark.parametrize("tree", ["reference/a9", "reference/a9-naive"])
+def test_reference_trees_pass_every_case(tmp_path: Path, tree: str) -> None:
+    if not (ROOT / tree / "src" / "transformer.py").exists():
+        pytest.fail(f"{tree} is missing")
+    results = verdicts(tmp_path, sandbox_of(tmp_path, ROOT / tree))
+    failing = {name: v for name, v in results.items() if v[0] != "pass"}
+    assert failing == {}
+    assert len(results) == len(catalog.all_case_ids())
+
+
+def test_untouched_template_fails_every_case_as_not_implemented(tmp_path: Path) -> None:
+    results = verdicts(tmp_path, sandbox_of(tmp_path, ROOT / "student_template"))
+    assert {v for v, _ in results.values()} == {"not_implemented"}
+    assert all("not implemented yet" in message for _, message in results.values())
+
+
+DEADLOCK = (
+    "def my_allreduce(tensor: torch.Tensor) -> torch.Tensor:\n",
+    "def my_allreduce(tensor: torch.Tensor) -> torch.Tensor:\n"
+    "    peer = (dist.get_rank() + 1) % dist.get_world_size()\n"
+    "    dist.recv(torch.zeros(tensor.shape, dtype=tensor.dtype), src=peer)  # both ranks receive first\n",
+)
+
+
+def test_a_deadlocked_allreduce_costs_only_the_cases_that_reach_it(tmp_path: Path) -> None:
+    only = [
+        n for n in catalog.all_case_ids() if re.search(r"ws[23]-", n) and n.startswith(("test_allreduce", "test_broadcast["))
+    ]
+    results = verdicts(tmp_path, sandbox_of(tmp_path, ROOT / "reference/a9", {"src/collectives.py": DEADLOCK}), only)
+    for name, (verdict, message) in results.items():
+        if name.startswith("test_allreduce"):
+            assert verdict == "hang", name
+            assert re.search(r"likely deadlock: rank 0 waits in recv\(src=1\) at collectives\.py:\d+ in my_allreduce", message)
+        else:
+            assert verdict == "pass", (name, message)
+
+
+def test_a_collective_through_the_process_group_object_is_forbidden_even_when_right(tmp_path: Path) -> None:
+    sneaky = (
+        "def my_allreduce(tensor: torch.Tensor) -> torch.Tensor:\n",
+        "def my_allreduce(tensor: torch.Tensor) -> torch.Tensor:\n"
+        "    dist.distributed_c10d._get_default_group().allreduce([tensor]).wait()\n"
+        "    return tensor\n",
+    )
+    only = [n for n in catalog.all_case_ids() if n.startswith("test_allreduce[ws4-")]
+    results = verdicts(tmp_path, sandbox_of(tmp_path, ROOT / "reference/a9", {"src/collectives.py": sneaky}), only)
+    assert {v for v, _ in results.values()} == {"forbidden"}
+    assert all("ProcessGroup.allreduce() is a built-in collective" in m for _, m in results.values())
+
+
+def test_a_rank_that_exits_inside_a_collective_is_a_crash_and_the_next_case_still_runs(tmp_path: Path) -> None:
+    exits = (
+        "def my_allgather(tensor: torch.Tensor) -> torch.Tensor:\n",
+        "def my_allgather(tensor: torch.Tensor) -> torch.Tensor:\n"
+        "    if dist.get_rank() == 1:\n"
+        "        import os; os._exit(0)\n",
+    )
+    only = [n for n in catalog.all_case_ids() if re.match(r"test_(allgather|broadcast)\[ws2-", n)]
+    results = verdicts(tmp_path, sandbox_of(tmp_path, ROOT / "reference/a9", {"src/collectives.py": exits}), only)
+    for name, (verdict, message) in results.items():
+        if name.startswith("test_allgather"):
+            assert verdict == "crash", name
+            assert message.startswith("rank 1 exited with status 0 during the case"), message
+        else:
+            assert verdict == "pass", name
+
+
+def test_wrong_values_are_reported_with_rank_index_and_values(tmp_path: Path) -> None:
+    off_by_one = ("    return out\n\n\ndef my_reduce_scatter", "    return out + 1\n\n\ndef my_reduce_scatter")
+    only = ["test_allgather[ws2-int64-2x3x4]"]
+    results = verdicts(tmp_path, sandbox_of(tmp_path, ROOT / "reference/a9", {"src/collectives.py": off_by_one}), only)
+    verdict, message = results[only[0]]
+    assert verdict == "wrong"
+    assert re.fullmatch(
+        r"rank 0: the result differs: max abs error 1, 48 of 48 elements wrong; "
+        r"first at index \(0, 0, 0\): expected -?\d+, got -?\d+",
+        message,
+    )
+
+
+def test_a_syntax_error_in_collectives_still_lets_task2_run(tmp_path: Path) -> None:
+    broken = ("def my_broadcast(", "def my_broadcast(:")
+    only = ["test_broadcast[ws2-src0-float32-4x5]", "test_ulysses_trusted_a2a[ws2-d32h4s8b1]", "test_ulysses[ws2-d32h4s8b1]"]
+    results = verdicts(tmp_path, sandbox_of(tmp_path, ROOT / "reference/a9", {"src/collectives.py": broken}), only)
+    assert results[only[0]][0] == "import_error"
+    assert re.search(r"SyntaxError in collectives\.py line \d+", results[only[0]][1])
+    assert results[only[1]][0] == "pass"  # Ulysses judged with a known-good all-to-all
+    assert results[only[2]][0] == "crash"  # its own my_all_to_all is the placeholder, which says why
+    assert "collectives.py could not be imported" in results[only[2]][1]
+
+
+@pytest.mark.slow
+def test_five_runs_give_identical_verdicts(tmp_path: Path) -> None:
+    box = sandbox_of(tmp_path, ROOT / "reference/a9-naive")
+    runs = [verdicts(tmp_path / str(i), box) for i in range(5)]
+    assert all(run == runs[0] for run in runs)
