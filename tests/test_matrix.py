@@ -85,13 +85,17 @@ DEADLOCK = (
 
 def test_a_deadlocked_allreduce_costs_only_the_cases_that_reach_it(tmp_path: Path) -> None:
     only = [
-        n for n in catalog.all_case_ids() if re.search(r"ws[23]-", n) and n.startswith(("test_allreduce", "test_broadcast["))
+        n
+        for n in catalog.all_case_ids()
+        if re.search(r"ws[23]-", n) and n.startswith(("test_allreduce", "test_broadcast["))
     ]
     results = verdicts(tmp_path, sandbox_of(tmp_path, ROOT / "reference/a9", {"src/collectives.py": DEADLOCK}), only)
     for name, (verdict, message) in results.items():
         if name.startswith("test_allreduce"):
             assert verdict == "hang", name
-            assert re.search(r"likely deadlock: rank 0 waits in recv\(src=1\) at collectives\.py:\d+ in my_allreduce", message)
+            assert re.search(
+                r"likely deadlock: rank 0 waits in recv\(src=1\) at collectives\.py:\d+ in my_allreduce", message
+            )
         else:
             assert verdict == "pass", (name, message)
 
@@ -141,7 +145,11 @@ def test_wrong_values_are_reported_with_rank_index_and_values(tmp_path: Path) ->
 
 def test_a_syntax_error_in_collectives_still_lets_task2_run(tmp_path: Path) -> None:
     broken = ("def my_broadcast(", "def my_broadcast(:")
-    only = ["test_broadcast[ws2-src0-float32-4x5]", "test_ulysses_trusted_a2a[ws2-d32h4s8b1]", "test_ulysses[ws2-d32h4s8b1]"]
+    only = [
+        "test_broadcast[ws2-src0-float32-4x5]",
+        "test_ulysses_trusted_a2a[ws2-d32h4s8b1]",
+        "test_ulysses[ws2-d32h4s8b1]",
+    ]
     results = verdicts(tmp_path, sandbox_of(tmp_path, ROOT / "reference/a9", {"src/collectives.py": broken}), only)
     assert results[only[0]][0] == "import_error"
     assert re.search(r"SyntaxError in collectives\.py line \d+", results[only[0]][1])
