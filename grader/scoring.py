@@ -1,0 +1,430 @@
+"""From the matrix's junit.xml, the policy findings and the deliverables to a :class:`GradeResult`.
+
+This is the only place a score is computed; every renderer reads the result.  Feedback is written
+for the student: which cases fail, grouped by what went wrong, with the matrix's one-line diagnosis
+of the first of each kind, so the student knows what to fix and not merely that something is off.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path, PurePosixPath
+from typing import Any
+from xml.etree.ElementTree import ParseError
+
+from junitparser import JUnitXml, Properties, TestCase
+
+import grader
+from grader.deliverables import check_diagram, check_written
+from grader.errors import GraderError, UserError
+from grader.results import (
+    CaseOutcome,
+    CaseTally,
+    Finding,
+    GradeResult,
+    ItemResult,
+    ItemStatus,
+    LatePenalty,
+    SubmissionInfo,
+    TaskResult,
+    Verdict,
+)
+from grader.rubric import (
+    CasesScoring,
+    Component,
+    DeliverableScoring,
+    Item,
+    LatePolicy,
+    ManualScoring,
+    Rubric,
+    TraceCheck,
+    TraceScoring,
+    WrittenScoring,
+    matches,
+)
+
+MAX_FAILURES = 5  # CaseOutcomes kept per item
+EXAMPLES_PER_VERDICT = 2  # distinct messages quoted per kind of failure
+NOT_RUN = "did not run (the grading run was cut short before this case)"
+
+#: How a group of failing cases reads: "3/12 cases <phrase>: <first message>".
+_PHRASES = {
+    Verdict.WRONG: "give a wrong result",
+    Verdict.NOT_IMPLEMENTED: "are not implemented yet",
+    Verdict.FORBIDDEN: "reach a forbidden collective",
+    Verdict.HANG: "hang",
+    Verdict.CRASH: "crash",
+    Verdict.MEMORY: "exceed the memory limit",
+    Verdict.IMPORT_ERROR: "fail to import your code",
+    Verdict.MISSING: "cannot run",
+    Verdict.ERROR: "could not be run by the grader (not your fault: tell your instructor)",
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One matrix case as the junit file reports it (or as absent from it)."""
+
+    id: str
+    verdict: Verdict
+    message: str = ""
+    trace: dict[str, Any] | None = None
+
+
+def read_junit(path: Path) -> dict[str, Case]:
+    """Cases by id from a pytest junit.xml (xunit1: properties inside each testcase)."""
+    try:
+        xml = JUnitXml.fromfile(str(path))
+    except (OSError, ParseError) as exc:
+        raise GraderError(f"cannot read the matrix results {path}: {exc}") from exc
+    suites = list(xml) if isinstance(xml, JUnitXml) else [xml]
+    return {case.name: _case(case) for suite in suites for case in suite}
+
+
+def _case(case: TestCase) -> Case:
+    props = {p.name: p.value for props in case.iterchildren(Properties) for p in props}
+    trace = None
+    if props.get("trace"):
+        try:
+            trace = json.loads(props["trace"])
+        except json.JSONDecodeError:
+            trace = None  # checks on it then say no trace was recorded
+    try:
+        verdict = Verdict(props["verdict"])
+    except (KeyError, ValueError):
+        # No verdict means the matrix itself broke on this case: never the student's fault.
+        detail = "; ".join(r.message or type(r).__name__ for r in case.result)
+        return Case(case.name, Verdict.ERROR, f"no verdict recorded{': ' + detail if detail else ''}", trace)
+    return Case(case.name, verdict, props.get("message") or "", trace)
+
+
+def _quote(outcome: CaseOutcome) -> str:
+    return f"{outcome.message} ({outcome.id})" if outcome.message else outcome.id
+
+
+def late_penalty(policy: LatePolicy | None, submitted_at: datetime | None, total: float) -> LatePenalty | None:
+    """Days late after the grace period, rounded up; ``None`` when there is no deadline or time."""
+    if policy is None or policy.deadline is None or submitted_at is None:
+        return None
+    if submitted_at.tzinfo is None:
+        submitted_at = submitted_at.replace(tzinfo=timezone.utc)  # git and --submitted-at times are UTC
+    overdue = submitted_at - policy.deadline - timedelta(minutes=policy.grace_minutes)
+    days = max(0, math.ceil(overdue / timedelta(days=1)))
+    percent = min(days * policy.penalty_percent_per_day, policy.cap_percent)
+    return LatePenalty(days_late=days, percent=percent, points=round(total * percent / 100, 2))
+
+
+def score(
+    rubric: Rubric,
+    junit_path: Path,
+    submission: SubmissionInfo,
+    findings: list[Finding],
+    submission_root: Path,
+    manual: dict[str, float] | None = None,
+    submitted_at: datetime | None = None,
+    isolation: dict[str, str] | None = None,
+    timings: dict[str, float] | None = None,
+) -> GradeResult:
+    """Score one submission.  ``manual`` (item id -> points) scores deliverable, written and manual
+    items; ``submitted_at`` defaults to ``submission.submitted_at``."""
+    scorer = _Scorer(rubric, read_junit(junit_path), submission, findings, submission_root, manual or {})
+    tasks = [scorer.task(task.id, task.title, task.points, task.items) for task in rubric.tasks]
+    total = sum(task.score for task in tasks)
+    bonus_score = 0.0
+    if rubric.bonus:
+        bonus = scorer.task("bonus", "Bonus", rubric.bonus.cap, rubric.bonus.items, bonus=True)
+        bonus_score = bonus.score
+        tasks.append(bonus)
+    when = submitted_at or (datetime.fromisoformat(submission.submitted_at) if submission.submitted_at else None)
+    late = late_penalty(rubric.late, when, total + bonus_score)
+    final = total + bonus_score - (late.points if late else 0.0)
+    return GradeResult(
+        assignment=rubric.assignment.id,
+        score=round(max(0.0, final), 2),
+        max_score=rubric.max_score,
+        tasks=tasks,
+        submission=submission,
+        grader_version=grader.__version__,
+        rubric_digest=rubric.digest,
+        bonus_score=bonus_score,
+        late=late,
+        findings=list(findings),
+        trace={scorer.display(c.id): c.trace for c in scorer.cases.values() if c.trace is not None},
+        isolation=dict(isolation or {}),
+        timings=dict(timings or {}),
+    )
+
+
+def _status(points: float, max_points: float) -> ItemStatus:
+    if points >= max_points - 1e-9:
+        return ItemStatus.PASSED
+    return ItemStatus.FAILED if points <= 0 else ItemStatus.PARTIAL
+
+
+@dataclass
+class _Evaluation:
+    """A cases or trace item before policy violations are applied."""
+
+    fraction: float
+    lines: list[str]
+    tally: CaseTally
+    failures: list[CaseOutcome]
+    looked_at: list[str] = field(default_factory=list)  # case ids, for the forbidden-verdict rule
+
+
+class _Scorer:
+    def __init__(
+        self,
+        rubric: Rubric,
+        junit: dict[str, Case],
+        submission: SubmissionInfo,
+        findings: list[Finding],
+        root: Path,
+        manual: dict[str, float],
+    ) -> None:
+        self.rubric = rubric
+        self.submission = submission
+        self.findings = findings
+        self.root = root
+        self.manual = self._checked_manual(manual)
+        # Every case the rubric was checked against, run or not, then any the catalog did not know.
+        self.cases = {cid: junit.get(cid, Case(cid, Verdict.ERROR, NOT_RUN)) for cid in rubric.case_ids}
+        self.cases.update((cid, case) for cid, case in sorted(junit.items()) if cid not in self.cases)
+        self.number = {cid: n for n, cid in enumerate(self.cases, start=1)}
+        self.done: dict[str, ItemResult] = {}
+
+    def _checked_manual(self, manual: dict[str, float]) -> dict[str, float]:
+        scorable = {
+            item.id: item
+            for item in self.rubric.items()
+            if isinstance(item.scoring, DeliverableScoring | WrittenScoring | ManualScoring)
+        }
+        for item_id, points in manual.items():
+            if item_id not in scorable:
+                raise UserError(f"manual score for {item_id!r}: not a deliverable, written or manual item")
+            if not 0 <= points <= scorable[item_id].points:
+                raise UserError(f"manual score for {item_id}: {points:g} is outside 0..{scorable[item_id].points:g}")
+        return manual
+
+    def display(self, case_id: str) -> str:
+        """The id students see: with hidden case ids, a stable number instead."""
+        return f"hidden case {self.number[case_id]}" if self.rubric.visibility.hidden else case_id
+
+    def outcome(self, case: Case) -> CaseOutcome:
+        message = "" if self.rubric.visibility.hidden else case.message
+        return CaseOutcome(self.display(case.id), case.verdict, message)
+
+    # -- tasks and items
+
+    def task(self, tid: str, title: str, cap: float, items: Iterable[Item], *, bonus: bool = False) -> TaskResult:
+        results = [self.item(item) for item in items]
+        earned = round(min(cap, sum(r.score for r in results)), 2)
+        return TaskResult(tid, title, earned, cap, results, bonus=bonus)
+
+    def item(self, item: Item) -> ItemResult:
+        scoring = item.scoring
+        if isinstance(scoring, CasesScoring | TraceScoring):
+            evaluation = (
+                self.cases_item(item, scoring) if isinstance(scoring, CasesScoring) else self.trace(item, scoring)
+            )
+            result = ItemResult(
+                item.id,
+                item.title,
+                round(item.points * evaluation.fraction, 2),
+                item.points,
+                _status(evaluation.fraction, 1.0),
+                "\n".join(evaluation.lines),
+                evaluation.tally,
+                failures=evaluation.failures[:MAX_FAILURES],
+                bonus=item.bonus,
+            )
+            self.apply_policy(item, result, evaluation.looked_at)
+        else:
+            result = self.instructor_item(item, scoring)
+        self.done[item.id] = result
+        return result
+
+    def apply_policy(self, item: Item, result: ItemResult, looked_at: list[str]) -> None:
+        """Zero the item (``on_violation: zero``) when one of its functions reaches a forbidden collective."""
+        result.findings = [f for f in self.findings if f.function and f"{f.file}::{f.function}" in item.functions]
+        static = [f for f in result.findings if f.origin == "static"]
+        forbidden = [self.cases[c] for c in looked_at if self.cases[c].verdict is Verdict.FORBIDDEN]
+        if not static and not forbidden:
+            return
+        # Static findings quote the student's own line; a forbidden case only has the matrix's message.
+        quotes = [f"{f.file}:{f.line}: {f.source}  ({f.message})" for f in static[:MAX_FAILURES]]
+        quotes = quotes or [_quote(o) for o in map(self.outcome, forbidden[:EXAMPLES_PER_VERDICT])]
+        functions = ", ".join(f.split("::")[-1] for f in item.functions) or "this item's code"
+        if item.on_violation == "zero":
+            result.score, result.status = 0.0, ItemStatus.FAILED
+            head = f"0 points: {functions} reaches a collective the rules forbid here:"
+        else:
+            head = f"{functions} reaches a collective the rules forbid here (reported, not scored):"
+        result.feedback = "\n".join([head, *(f"  {q}" for q in quotes), result.feedback])
+
+    # -- cases
+
+    def cases_item(self, item: Item, scoring: CasesScoring) -> _Evaluation:
+        own = self.evaluate(item, scoring, scoring.components)
+        fallback = scoring.fallback
+        if fallback is None:
+            return own
+        if fallback.requires_failed:  # the loader made sure it is scored before this item
+            required = self.done[fallback.requires_failed]
+            if required.score >= required.max_score:
+                return own
+        other = self.evaluate(item, scoring, (Component("", fallback.match, 1.0),))
+        if other.fraction <= own.fraction:
+            return own
+        # The known-good run replaces the student's all-to-all, so its cases alone say whether the
+        # item's own code reached a forbidden collective.
+        other.lines.insert(0, fallback.feedback)
+        return other
+
+    def evaluate(self, item: Item, scoring: CasesScoring, components: Sequence[Component]) -> _Evaluation:
+        fraction = 0.0
+        for component in components:
+            ids = [c for c in self.cases if matches(component.match, c)]
+            weights = [scoring.weight(c) for c in ids]
+            passed = sum(w for c, w in zip(ids, weights, strict=True) if self.cases[c].verdict is Verdict.PASS)
+            fraction += component.share * self._mode(scoring, passed / sum(weights) if sum(weights) else 0.0)
+        patterns = tuple(p for c in components for p in c.match)
+        ids = [c for c in self.cases if matches(patterns, c)]
+        scored = [self.cases[c] for c in ids if scoring.weight(c) > 0]
+        unscored = [self.cases[c] for c in ids if scoring.weight(c) == 0]
+        lines = self.summary(item, scored)
+        unscored_failing = [c for c in unscored if c.verdict is not Verdict.PASS]
+        if unscored_failing:
+            example = self.outcome(unscored_failing[0])
+            lines.append(f"{len(unscored_failing)} unscored case(s) fail too, e.g. " + _quote(example))
+        failures = self.most_informative([c for c in scored if c.verdict is not Verdict.PASS] + unscored_failing)
+        passed_count = sum(c.verdict is Verdict.PASS for c in scored)
+        return _Evaluation(fraction, lines, CaseTally(passed_count, len(scored)), failures, ids)
+
+    @staticmethod
+    def _mode(scoring: CasesScoring, fraction: float) -> float:
+        if scoring.mode == "all_or_nothing":
+            return float(fraction >= 1.0)
+        if scoring.mode == "thresholds":
+            return max((t.share for t in scoring.thresholds if fraction >= t.min_fraction), default=0.0)
+        return fraction
+
+    def summary(self, item: Item, cases: list[Case]) -> list[str]:
+        """One line per kind of failure: "12/40 cases hang: rank 1 waits in recv(src=0) ... (case id)"."""
+        n = len(cases)
+        failing = [c for c in cases if c.verdict is not Verdict.PASS]
+        if not failing:
+            return [f"all {n} cases pass"]
+        lines = [f"{n - len(failing)}/{n} cases pass"] if len(failing) < n else []
+        by_verdict: dict[Verdict, list[Case]] = {}
+        for case in failing:
+            by_verdict.setdefault(case.verdict, []).append(case)
+        for verdict, group in sorted(by_verdict.items(), key=lambda kv: -len(kv[1])):
+            head = f"{len(group)}/{n} cases {_PHRASES[verdict]}"
+            if verdict is Verdict.MISSING:  # the matrix's message would only repeat it per case
+                lines.append(f"{head}: {self.missing_files(item)}")
+                continue
+            examples: dict[str, CaseOutcome] = {}  # the first case of each distinct message
+            for outcome in map(self.outcome, group):
+                examples.setdefault(outcome.message, outcome)
+            quoted = [_quote(o) for o in list(examples.values())[:EXAMPLES_PER_VERDICT]]
+            lines.append(f"{head}: " + "; ".join(quoted))
+        return lines
+
+    def missing_files(self, item: Item) -> str:
+        """Which of the item's files (any student file, if it names none) were not submitted."""
+        files = {f.split("::")[0] for f in item.functions} or set(self.rubric.student_files)
+        missing = sorted(f for f in files if f not in self.submission.files)
+        return ", ".join(PurePosixPath(f).name for f in missing) + " missing" if missing else "a file is missing"
+
+    def most_informative(self, failing: list[Case]) -> list[CaseOutcome]:
+        """One case of each kind of failure first, then the rest in matrix order."""
+        firsts: dict[Verdict, Case] = {}
+        for case in failing:
+            firsts.setdefault(case.verdict, case)
+        first_ids = {case.id for case in firsts.values()}
+        ordered = [*firsts.values(), *(c for c in failing if c.id not in first_ids)]
+        return [self.outcome(c) for c in ordered[:MAX_FAILURES]]
+
+    # -- trace
+
+    def trace(self, item: Item, scoring: TraceScoring) -> _Evaluation:
+        earned, lines = 0.0, []
+        probes: dict[str, Case] = {}
+        for check in scoring.checks:
+            # The loader made sure the pattern names exactly one case.
+            case = next(c for cid, c in self.cases.items() if matches((check.case,), cid))
+            probes[case.id] = case
+            ok, detail = self.trace_check(item, check, case)
+            earned += check.points if ok else 0.0
+            lines.append(f"{'ok' if ok else 'not met'}: {check.describe or check.metric}: {detail}")
+        failing = [c for c in probes.values() if c.verdict is not Verdict.PASS]
+        tally = CaseTally(len(probes) - len(failing), len(probes))
+        fraction = earned / sum(c.points for c in scoring.checks)
+        return _Evaluation(fraction, lines, tally, [self.outcome(c) for c in failing], list(probes))
+
+    def trace_check(self, item: Item, check: TraceCheck, case: Case) -> tuple[bool, str]:
+        """Whether the probe passed and its trace meets the check, and what was seen."""
+        outcome = self.outcome(case)
+        if case.verdict is Verdict.MISSING:
+            return False, f"{outcome.id} cannot run: {self.missing_files(item)}"
+        if case.verdict is not Verdict.PASS:
+            return False, f"{outcome.id} did not pass ({case.verdict.value})" + (
+                f": {outcome.message}" if outcome.message else ""
+            )
+        trace = case.trace or {}
+        value = trace.get(check.metric)
+        base = trace.get(check.relative_to, None) if check.relative_to else 1
+        if value is None or base is None:
+            return False, f"{outcome.id} recorded no {check.metric} (not your fault: tell your instructor)"
+        if isinstance(value, list):
+            seen = f"{check.metric}: {', '.join(map(str, value)) or 'none'}"
+            if check.empty is not None:
+                return (not value) == check.empty, seen
+            if check.contains is not None:
+                return check.contains in value, seen
+            return check.excludes not in value, seen
+        limit = check.max if check.max is not None else check.min
+        assert limit is not None  # the loader requires exactly one comparison
+        bound = limit * base
+        ok, sign = (value <= bound, "<=") if check.max is not None else (value >= bound, ">=")
+        relative = f" = {limit:g} x {check.relative_to}" if check.relative_to else ""
+        return ok, f"{check.metric} = {value:g} (needs {sign} {bound:g}{relative})"
+
+    # -- deliverables, written answers and instructor items
+
+    def instructor_item(self, item: Item, scoring: DeliverableScoring | WrittenScoring | ManualScoring) -> ItemResult:
+        # manual: the points are (or will be) an instructor's, except for auto-checked Markdown answers.
+        result = ItemResult(
+            item.id, item.title, 0.0, item.points, ItemStatus.PENDING_REVIEW, bonus=item.bonus, manual=True
+        )
+        lines: list[str] = []
+        if isinstance(scoring, DeliverableScoring):
+            ok, message = check_diagram(self.root, self.rubric.deliverables[scoring.deliverable].any_of)
+            if ok:
+                pending = f"its {item.points:g} points are pending instructor review (not in your score yet)"
+                lines.append(f"{message}; {pending}")
+            else:
+                result.status = ItemStatus.FAILED
+                lines.append(message)
+        elif isinstance(scoring, WrittenScoring):
+            candidates = self.rubric.deliverables[scoring.deliverable].any_of
+            written = check_written(self.root, candidates, scoring.questions)
+            lines.append(written.message)
+            lines += [f"{q.id} ({q.points:g}/{q.max_points:g}): {q.feedback}" for q in written.questions]
+            if written.file is None:
+                result.status = ItemStatus.FAILED
+            elif not written.pending:
+                result.score = round(sum(q.points for q in written.questions), 2)
+                result.status, result.manual = ItemStatus.AUTO_CHECKED, False
+        else:
+            lines.append(f"to be scored by an instructor{': ' + scoring.instructions if scoring.instructions else ''}")
+        if item.id in self.manual:
+            result.score, result.status, result.manual = self.manual[item.id], ItemStatus.MANUAL, True
+            lines.insert(0, f"scored by an instructor: {result.score:g}/{item.points:g}")
+        result.feedback = "\n".join(lines)
+        return result
