@@ -35,10 +35,8 @@ from grader.policy import COLLECTIVES, PROCESS_GROUP_METHODS, FunctionPolicy, Po
 
 #: The keys of an item that say how it is scored; an item has exactly one of them.
 SCORING_KINDS = ("cases", "trace", "deliverable", "written", "manual")
-#: Trace metrics that are numbers (compared with ``max``/``min``) and that are lists of names
-#: (``empty``/``contains``/``excludes``).
+#: Trace metrics compared with ``max``/``min``; the others are lists, checked with empty/contains/excludes.
 NUMERIC_METRICS = frozenset({"max_sends_per_rank", "max_bytes_sent_per_rank", "tensor_bytes"})
-LIST_METRICS = frozenset({"collectives", "student_functions"})
 
 
 # --------------------------------------------------------------------------- case patterns
@@ -157,9 +155,6 @@ class CasesScoring:
     def weight(self, case_id: str) -> float:
         """The first matching rule's weight; 1 when none matches."""
         return next((w.weight for w in self.weights if matches(w.match, case_id)), 1.0)
-
-    def patterns(self) -> tuple[str, ...]:
-        return tuple(p for c in self.components for p in c.match)
 
 
 @dataclass(frozen=True)
