@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# README command 2: install everything the tests need, then lint, type-check and run the suite.
+#   PYTEST_ARGS  extra pytest arguments, e.g. '-m "not slow"' for the quick loop
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EXTRAS=dev bash scripts/install.sh
+bash scripts/install-chromium.sh
+bash scripts/install-actionlint.sh
+ruff check .
+mypy
+# shellcheck disable=SC2086
+exec python3 -m pytest -q ${PYTEST_ARGS:-}
