@@ -16,9 +16,10 @@ Conventions (shared with the scorer and the runtime findings):
 * ``Finding.function`` names the *unit* the code belongs to: a top-level function, or a method
   of a top-level class by its bare name (``forward_ulysses``, as rubric items and policy keys name
   it).  Nested functions and classes belong to their enclosing unit, code in a class body outside
-  methods to the class's name, module-level code to ``None``.  Internally methods stay qualified
-  (``BasicTransformerBlock.forward_ulysses``) so two classes' ``forward`` are not confused, and a
-  policy key may use that form: ``file::Class.method`` is tried first, then ``file::method``.
+  methods to the class's name, module-level code to ``None``.  Internally, and in the call chains
+  messages print, methods stay qualified (``BasicTransformerBlock.forward_ulysses``) so two
+  classes' ``forward`` are not confused, and a policy key may use that form: ``file::Class.method``
+  is tried first, then ``file::method``.
 * ``Finding.line`` is 1-based and ``Finding.col`` 0-based (as ``ast`` reports them); the text
   report prints ``col + 1`` as compilers do.
 * An alias (``f = dist.all_reduce`` or an import) is not a use; every use through it is.
@@ -955,7 +956,7 @@ class _Analysis:
                     while chain[-1] not in first_use:
                         chain.append(next_hop[chain[-1]])
                     final = first_use[chain[-1]]
-                    path = " -> ".join(_public(u) or "<module>" for u in chain)
+                    path = " -> ".join("<module>" if u is None else u for u in chain)  # qualified: unambiguous
                     message = f"this call leads to a forbidden API: {path} -> {final.message} ({REASONS[key[0]]})"
                     out.append((self._finding(key, node, unit, message), key[1]))
         out.sort(key=lambda pair: (pair[0].line, pair[0].col, pair[0].rule, pair[0].message))
