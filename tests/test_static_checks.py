@@ -1,0 +1,444 @@
+"""The static policy check: what it reports about student files, and what it must leave alone.
+
+The corpus under ``tests/corpus/policy`` is the bulk of the specification: every file in
+``evasions/`` declares its findings in header lines ``# expect: RULE@LINE in FUNCTION`` (``in
+FUNCTION`` omitted for module-level code) and must produce exactly those; every file in ``clean/``
+must produce none.  A header ``# path: src/transformer.py`` judges a file as that student file
+(default ``src/collectives.py``), under the built-in policy.  The files are only ever parsed here.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+import types
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from grader import cli
+from grader.policy import COLLECTIVES, PROCESS_GROUP_METHODS, STRICT, FunctionPolicy, Policy
+from grader.static_checks import (
+    DEFAULT_POLICY,
+    analyze_source,
+    analyze_submission,
+    reached_apis,
+)
+
+CORPUS = Path(__file__).parent / "corpus" / "policy"
+EVASIONS = sorted((CORPUS / "evasions").glob("*.py"))
+CLEAN = sorted((CORPUS / "clean").glob("*.py"))
+EXPECT = re.compile(r"^# expect: (?P<rule>[\w-]+)@(?P<line>\d+)(?: in (?P<function>\S+))?$", re.MULTILINE)
+PATH = re.compile(r"^# path: (\S+)$", re.MULTILINE)
+STUDENT_FUNCTIONS = {"my_broadcast", "my_allreduce", "my_allgather", "my_reduce_scatter", "my_all_to_all"}
+EVERYTHING_ALLOWED = FunctionPolicy(allowed=COLLECTIVES | PROCESS_GROUP_METHODS)
+
+
+def rel_path_of(text: str) -> str:
+    match = PATH.search(text)
+    return match.group(1) if match else "src/collectives.py"
+
+
+STAND_INS = [p for p in EVASIONS + CLEAN if rel_path_of(p.read_text()) == "src/collectives.py"]
+
+
+def declared(text: str) -> Counter[tuple[str, int, str | None]]:
+    return Counter((m["rule"], int(m["line"]), m["function"]) for m in EXPECT.finditer(text))
+
+
+def found(source: str, rel_path: str = "src/collectives.py", policy: Policy = DEFAULT_POLICY) -> set[tuple]:
+    return {(f.rule, f.line, f.function) for f in analyze_source(source, rel_path, policy)}
+
+
+# --------------------------------------------------------------------------- the corpus
+
+
+def test_corpus_covers_at_least_14_evasions_and_8_clean_files() -> None:
+    assert len(EVASIONS) >= 14 and len(CLEAN) >= 8
+
+
+@pytest.mark.parametrize("path", EVASIONS, ids=lambda p: p.stem)
+def test_every_evasion_declares_what_it_expects(path: Path) -> None:
+    # Without this an evasion file with a typo'd header would pass by finding nothing.
+    assert declared(path.read_text()), f"{path.name} has no '# expect: RULE@LINE in FUNCTION' line"
+
+
+@pytest.mark.parametrize("path", EVASIONS, ids=lambda p: p.stem)
+def test_each_evasion_is_reported_with_its_rule_line_and_function(path: Path) -> None:
+    text = path.read_text()
+    findings = analyze_source(text, rel_path_of(text), DEFAULT_POLICY)
+    assert Counter((f.rule, f.line, f.function) for f in findings) == declared(text)
+
+
+@pytest.mark.parametrize("path", CLEAN, ids=lambda p: p.stem)
+def test_clean_lookalikes_produce_no_finding(path: Path) -> None:
+    text = path.read_text()
+    assert analyze_source(text, rel_path_of(text), DEFAULT_POLICY) == []
+
+
+@pytest.mark.parametrize("path", STAND_INS, ids=lambda p: p.stem)
+def test_collectives_stand_ins_define_the_five_functions(path: Path) -> None:
+    # The runtime-guard tests drop these files in as a student's src/collectives.py.
+    defined = {node.name for node in ast.parse(path.read_text()).body if isinstance(node, ast.FunctionDef)}
+    assert defined >= STUDENT_FUNCTIONS
+
+
+# --------------------------------------------------------------------------- one finding
+
+
+def test_a_finding_names_file_position_function_and_the_stripped_line() -> None:
+    source = "import torch.distributed as dist\n\ndef my_allreduce(t):\n    if t.numel():\n        dist.all_reduce(t)\n"
+    (finding,) = analyze_source(source, "src/collectives.py", DEFAULT_POLICY)
+    assert (finding.rule, finding.file, finding.line, finding.col) == (
+        "forbidden-collective",
+        "src/collectives.py",
+        5,
+        8,
+    )
+    assert finding.function == "my_allreduce" and finding.source == "dist.all_reduce(t)"
+    assert finding.message.startswith("dist.all_reduce is not allowed") and finding.origin == "static"
+
+
+def test_an_alias_names_what_it_stands_for() -> None:
+    source = "from torch.distributed import all_gather as g\n\ndef my_allgather(t):\n    g([t], t)\n"
+    (finding,) = analyze_source(source, "src/collectives.py", DEFAULT_POLICY)
+    assert finding.message.startswith("g (it is torch.distributed.all_gather) is not allowed")
+
+
+def test_methods_are_named_by_their_bare_name_as_rubric_items_name_them() -> None:
+    source = (
+        "import torch.distributed as dist\nclass Block:\n    def forward_ulysses(self, x):\n        dist.barrier()\n"
+    )
+    assert found(source, "src/transformer.py") == {("forbidden-collective", 4, "forward_ulysses")}
+
+
+def test_module_level_code_has_no_function() -> None:
+    assert found("import torch.distributed as dist\ndist.barrier()\n") == {("forbidden-collective", 2, None)}
+
+
+def test_an_alias_is_not_a_use_but_every_use_through_it_is() -> None:
+    source = (
+        "import torch.distributed as dist\n"
+        "unused = dist.broadcast\n"
+        "ar = dist.all_reduce\n"
+        "def my_allreduce(t):\n"
+        "    ar(t)\n"
+        "def my_broadcast(t, src=0):\n"
+        "    ar(t)\n"
+    )
+    assert found(source) == {("forbidden-collective", 5, "my_allreduce"), ("forbidden-collective", 7, "my_broadcast")}
+
+
+def test_a_class_attribute_alias_is_reported_where_it_is_defined() -> None:
+    # Attributes can be read in ways the analysis does not follow, so the definition counts too.
+    source = (
+        "import torch.distributed as dist\n"
+        "class C:\n"
+        "    op = dist.all_reduce\n"
+        "    def go(self, t):\n"
+        "        self.op(t)\n"
+    )
+    assert found(source) == {("forbidden-collective", 3, "C"), ("forbidden-collective", 5, "go")}
+
+
+def test_a_process_group_method_needs_a_process_group() -> None:
+    source = (
+        "import torch.distributed as dist\n"
+        "def my_allreduce(t, comm):\n"
+        "    comm.allreduce(t)\n"  # an unknown object: not a process group
+        "    dist.new_group([0, 1]).allreduce([t])\n"
+        "    dist.GroupMember.WORLD.barrier()\n"
+    )
+    assert found(source) == {("process-group-method", 4, "my_allreduce"), ("process-group-method", 5, "my_allreduce")}
+
+
+# --------------------------------------------------------------------------- following calls
+
+
+def test_a_helper_chain_taints_each_caller_at_its_call_and_names_the_chain() -> None:
+    text = (CORPUS / "evasions" / "helper_taint.py").read_text()
+    finding = next(
+        f for f in analyze_source(text, "src/collectives.py", DEFAULT_POLICY) if f.function == "my_allreduce"
+    )
+    assert finding.source == "tensor.copy_(_combine(tensor))"
+    assert "my_allreduce -> _combine -> _accumulate -> dist.all_reduce" in finding.message
+
+
+def test_a_helper_called_twice_taints_its_caller_once_at_the_first_call() -> None:
+    source = (
+        "import torch.distributed as dist\n"
+        "def _h(t):\n"
+        "    dist.barrier()\n"
+        "def my_broadcast(t, src=0):\n"
+        "    _h(t)\n"
+        "    _h(t)\n"
+    )
+    assert found(source) == {("forbidden-collective", 3, "_h"), ("forbidden-collective", 5, "my_broadcast")}
+
+
+def test_a_call_to_a_method_of_the_same_class_is_followed() -> None:
+    source = (
+        "import torch.distributed as dist\n"
+        "class Block:\n"
+        "    def forward_ulysses(self, x):\n"
+        "        return self._mix(x)\n"
+        "    def _mix(self, x):\n"
+        "        return dist.all_to_all_single(x, x)\n"
+    )
+    assert found(source, "src/transformer.py") == {
+        ("forbidden-collective", 4, "forward_ulysses"),
+        ("forbidden-collective", 6, "_mix"),
+    }
+
+
+def test_always_forbidden_rules_are_followed_through_helpers_too() -> None:
+    source = (
+        "import importlib\n"
+        "def _load(name):\n"
+        "    return importlib.import_module(name)\n"
+        "def my_allreduce(t):\n"
+        "    _load('x')\n"
+    )
+    assert found(source) == {("dynamic-dist-access", 3, "_load"), ("dynamic-dist-access", 5, "my_allreduce")}
+
+
+# --------------------------------------------------------------------------- the policy
+
+
+TP_BLOCK = (
+    "import torch.distributed as dist\n"
+    "class BasicTransformerBlock:\n"
+    "    def forward_tensor_parallel(self, x):\n"
+    "        dist.all_reduce(x)\n"
+    "    def forward_ulysses(self, x):\n"
+    "        dist.all_reduce(x)\n"
+)
+
+
+def test_the_default_policy_allows_tensor_parallel_collectives_only_in_their_functions() -> None:
+    assert found(TP_BLOCK, "src/transformer.py") == {("forbidden-collective", 6, "forward_ulysses")}
+
+
+def test_the_strict_policy_forbids_them_everywhere() -> None:
+    assert found(TP_BLOCK, "src/transformer.py", STRICT) == {
+        ("forbidden-collective", 4, "forward_tensor_parallel"),
+        ("forbidden-collective", 6, "forward_ulysses"),
+    }
+
+
+def test_a_policy_key_may_qualify_a_method_with_its_class() -> None:
+    policy = Policy({"src/transformer.py::Other.forward_ulysses": EVERYTHING_ALLOWED})
+    source = TP_BLOCK + "class Other:\n    def forward_ulysses(self, x):\n        dist.all_reduce(x)\n"
+    assert ("forbidden-collective", 9, "forward_ulysses") not in found(source, "src/transformer.py", policy)
+    assert ("forbidden-collective", 6, "forward_ulysses") in found(source, "src/transformer.py", policy)
+
+
+SHARED_HELPER = (
+    "import torch.distributed as dist\n"
+    "class BasicTransformerBlock:\n"
+    "    def forward_tensor_parallel(self, x):\n"
+    "        return self._sum(x)\n"
+    "    def forward_ulysses(self, x):\n"
+    "        return {ulysses}\n"
+    "    def _sum(self, x):\n"
+    "        dist.all_reduce(x)\n"
+)
+
+
+def test_a_helper_called_only_from_allowed_functions_shares_their_permission() -> None:
+    assert found(SHARED_HELPER.format(ulysses="x"), "src/transformer.py") == set()
+
+
+def test_a_helper_also_called_from_a_forbidden_function_is_reported_with_that_caller() -> None:
+    assert found(SHARED_HELPER.format(ulysses="self._sum(x)"), "src/transformer.py") == {
+        ("forbidden-collective", 6, "forward_ulysses"),
+        ("forbidden-collective", 8, "_sum"),
+    }
+
+
+def test_dynamic_access_tampering_store_and_forbidden_modules_ignore_the_policy() -> None:
+    source = (
+        "import torch.distributed as dist\n"
+        "import torch.distributed.nn\n"
+        "def my_allreduce(t):\n"
+        "    getattr(dist, t.name)\n"
+        "    dist.all_reduce.__wrapped__\n"
+        "    dist.TCPStore('h', 1)\n"
+    )
+    policy = Policy({"src/collectives.py": EVERYTHING_ALLOWED})
+    assert found(source, policy=policy) == {
+        ("forbidden-module", 2, None),
+        ("dynamic-dist-access", 4, "my_allreduce"),
+        ("guard-tampering", 5, "my_allreduce"),
+        ("store-access", 6, "my_allreduce"),
+    }
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_a_syntax_error_is_one_finding_at_its_position() -> None:
+    (finding,) = analyze_source("def my_allreduce(t):\n    return t +\n", "src/collectives.py", DEFAULT_POLICY)
+    assert (finding.rule, finding.line, finding.col) == ("syntax-error", 2, 14)
+    assert finding.message == "invalid syntax" and finding.source == "return t +"
+
+
+def test_unparseable_bytes_and_runaway_nesting_are_findings_not_exceptions() -> None:
+    null_byte = analyze_source("x = 1\0\n", "src/collectives.py", DEFAULT_POLICY)
+    too_deep_to_parse = analyze_source("x = " + ".".join(["a"] * 50_000), "src/collectives.py", DEFAULT_POLICY)
+    too_deep_to_check = analyze_source("x = " + ".".join(["a"] * 900), "src/collectives.py", DEFAULT_POLICY)
+    assert [f.rule for f in null_byte + too_deep_to_parse] == ["syntax-error", "syntax-error"]
+    assert [f.rule for f in too_deep_to_check] == ["analysis-error"]
+
+
+def test_analyze_submission_reads_the_named_files_and_skips_missing_ones(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "collectives.py").write_text("import torch.distributed as dist\ndist.barrier()\n")
+    (tmp_path / "src" / "transformer.py").write_bytes(b"x = '\xff'\n")
+    findings = analyze_submission(tmp_path, ["src/collectives.py", "src/transformer.py", "src/missing.py"], STRICT)
+    assert [(f.file, f.rule) for f in findings] == [
+        ("src/collectives.py", "forbidden-collective"),
+        ("src/transformer.py", "syntax-error"),
+    ]
+
+
+# --------------------------------------------------------------------------- reached_apis
+
+
+def test_reached_apis_lists_every_function_with_what_it_reaches_transitively() -> None:
+    text = (CORPUS / "evasions" / "helper_taint.py").read_text()
+    reached = reached_apis(text, "src/collectives.py")
+    assert reached["my_allreduce"] == reached["_combine"] == reached["_accumulate"] == {"all_reduce"}
+    assert reached["my_broadcast"] == set()
+
+
+def test_reached_apis_applies_the_policy_it_is_given() -> None:
+    assert reached_apis(TP_BLOCK, "src/transformer.py") == {
+        "forward_tensor_parallel": set(),
+        "forward_ulysses": {"all_reduce"},
+    }
+    assert reached_apis(TP_BLOCK, "src/transformer.py", STRICT)["forward_tensor_parallel"] == {"all_reduce"}
+
+
+def test_reached_apis_names_process_group_methods_and_always_forbidden_apis() -> None:
+    text = (CORPUS / "evasions" / "closure_unwrap.py").read_text()
+    assert reached_apis(text, "src/collectives.py")["my_allreduce"] == {"all_reduce", "__closure__"}
+    text = (CORPUS / "evasions" / "pg_on_self.py").read_text()
+    assert reached_apis(text, "src/collectives.py")["my_allreduce"] == {"allreduce"}
+
+
+# --------------------------------------------------------------------------- independence from torch
+
+
+def test_the_module_imports_without_torch() -> None:
+    code = "import sys, grader.static_checks; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent).returncode == 0
+
+
+# --------------------------------------------------------------------------- grader check
+
+
+def submission(root: Path, *, flat: bool = False) -> Path:
+    """A student repo: collectives with a tainted helper, and a transformer using TP collectives."""
+    src = root if flat else root / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "collectives.py").write_text((CORPUS / "evasions" / "helper_taint.py").read_text())
+    (src / "transformer.py").write_text(TP_BLOCK)
+    return root
+
+
+@pytest.fixture
+def no_rubric_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``import grader.rubric`` fail, as before that module existed."""
+    monkeypatch.setitem(sys.modules, "grader.rubric", None)
+
+
+@pytest.mark.usefixtures("no_rubric_module")
+def test_check_prints_each_finding_like_a_compiler_and_exits_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["check", str(submission(tmp_path))]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    first = lines.index(next(line for line in lines if line.startswith("src/collectives.py:11:5:")))
+    assert lines[first].startswith(
+        "src/collectives.py:11:5: forbidden-collective in _accumulate: dist.all_reduce is not allowed"
+    )
+    assert lines[first + 1] == "    dist.all_reduce(buffer)"
+    assert any(line.startswith("src/transformer.py:6:9: forbidden-collective in forward_ulysses:") for line in lines)
+    assert lines[-1] == "4 findings in src/collectives.py, src/transformer.py"
+
+
+@pytest.mark.usefixtures("no_rubric_module")
+def test_check_json_lists_the_findings_as_result_dicts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["check", str(submission(tmp_path)), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["files"] == ["src/collectives.py", "src/transformer.py"]
+    assert {(f["file"], f["line"], f["function"]) for f in payload["findings"]} == {
+        ("src/collectives.py", 11, "_accumulate"),
+        ("src/collectives.py", 16, "_combine"),
+        ("src/collectives.py", 21, "my_allreduce"),
+        ("src/transformer.py", 6, "forward_ulysses"),
+    }
+    assert set(payload["findings"][0]) == {"rule", "message", "file", "line", "col", "function", "source", "origin"}
+
+
+@pytest.mark.usefixtures("no_rubric_module")
+def test_check_accepts_a_flat_directory_and_judges_files_by_their_rubric_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # transformer.py at the top level is still src/transformer.py for the policy: TP stays allowed.
+    assert cli.main(["check", str(submission(tmp_path, flat=True)), "--json"]) == 0
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert {(f["file"], f["function"]) for f in findings if f["file"] == "transformer.py"} == {
+        ("transformer.py", "forward_ulysses")
+    }
+
+
+@pytest.mark.usefixtures("no_rubric_module")
+def test_check_accepts_a_single_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = submission(tmp_path) / "src" / "transformer.py"
+    assert cli.main(["check", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "1 finding in transformer.py"
+
+
+def test_check_uses_the_rubric_policy_and_student_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen = []
+
+    def load_rubric(path: Path | None) -> types.SimpleNamespace:
+        seen.append(path)
+        policy = Policy({"src/collectives.py": EVERYTHING_ALLOWED})
+        return types.SimpleNamespace(policy=policy, student_files=("src/collectives.py", "written_answers_task1.md"))
+
+    monkeypatch.setitem(sys.modules, "grader.rubric", types.SimpleNamespace(load_rubric=load_rubric))
+    rubric = tmp_path / "rubric.yaml"
+    assert cli.main(["check", str(submission(tmp_path)), "--rubric", str(rubric)]) == 0
+    assert seen == [rubric]
+    assert capsys.readouterr().out.splitlines() == ["no findings in src/collectives.py"]
+
+
+def test_check_of_a_missing_path_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["check", str(tmp_path / "nowhere")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("no_rubric_module")
+def test_check_of_a_directory_without_student_files_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["check", str(tmp_path)]) == 1
+    assert "no student files" in capsys.readouterr().err
+
+
+def test_grader_check_runs_as_a_command(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "grader", "check", str(submission(tmp_path))],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "src/collectives.py:21:18: forbidden-collective in my_allreduce:" in result.stdout
