@@ -145,13 +145,13 @@ def enter(cfg: IsolationConfig) -> dict[str, str]:
 
     Returns layer -> ``"on"`` | ``"off: <reason>"``.  Irreversible.
     """
-    layers = {"rlimits": _set_rlimits(cfg)}
-    layers["filesystem"] = _pivot(cfg) if _state.filesystem == "on" else _state.filesystem
-    account = _student_account(cfg, fs_on=layers["filesystem"] == "on")
+    # Everything that reads /proc or the host's /etc comes first: the new root may have neither.
+    layers = {"rlimits": _set_rlimits(cfg), "fds": _check_fds(cfg)}
+    account = _student_account(cfg, fs_on=_state.filesystem == "on")
     layers["nproc"] = _set_nproc(cfg, account)
+    layers["filesystem"] = _pivot(cfg) if _state.filesystem == "on" else _state.filesystem
     layers["uid"] = _drop_uid(cfg, account) if isinstance(account, pwd.struct_passwd) else account
     layers["prctl"] = _set_prctl()
-    layers["fds"] = _check_fds(cfg)
     layers["network"] = _state.network
     scratch = str(cfg.scratch)
     os.chdir(scratch)

@@ -1,0 +1,482 @@
+"""Isolation layers: a forked rank (from this torch-importing process) enters them, then tries the
+forbidden things and reports back over a pipe.  Each test checks what one layer promises, and
+asserts on the status the layer reports, so a layer that is off cannot pass as working."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from grader.matrix import isolation
+from grader.matrix.isolation import IsolationConfig
+
+ROOT = os.geteuid() == 0
+REFERENCE = Path(__file__).resolve().parents[1] / "reference" / "a9" / "src" / "collectives.py"
+Probe = Callable[[IsolationConfig], dict[str, Any]]
+
+
+def _mount_namespaces_work() -> bool:
+    return subprocess.run(["unshare", "-m", "true"] if ROOT else ["unshare", "-U", "-r", "-m", "true"]).returncode == 0
+
+
+FS = _mount_namespaces_work()
+
+
+@pytest.fixture(scope="session")
+def student() -> pwd.struct_passwd:
+    """The separate uid.  On a dev machine without the image's ``student`` user, create it."""
+    if ROOT:
+        try:
+            return pwd.getpwnam("student")
+        except KeyError:
+            subprocess.run(["useradd", "--system", "--no-create-home", "student"], check=True)
+            return pwd.getpwnam("student")
+    name = isolation.default_student_user()
+    if name is None:
+        pytest.skip("no unprivileged account on this machine")
+    return pwd.getpwnam(name)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Path:
+    """A sandbox, a host secret outside it, and the parent of the ranks' scratch dirs."""
+    (tmp_path / "sandbox" / "src").mkdir(parents=True)
+    (tmp_path / "sandbox" / "src" / "collectives.py").write_text("X = 1\n")
+    (tmp_path / "host").mkdir()
+    (tmp_path / "host" / "secret.txt").write_text("answer key")
+    for path in [tmp_path, *tmp_path.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return tmp_path
+
+
+def config(world: Path, rank: int = 0, **overrides: Any) -> IsolationConfig:
+    scratch = world / f"scratch{rank}"
+    scratch.mkdir(mode=0o700, exist_ok=True)
+    return IsolationConfig(sandbox=world / "sandbox", scratch=scratch, **overrides)
+
+
+def run_ranks(
+    world: Path, probe: Probe, world_size: int = 1, gloo: bool = True, prepare: bool = True, **overrides: Any
+) -> list[dict[str, Any]]:
+    """Fork ``world_size`` ranks that prepare, join Gloo, enter, run ``probe``; return their reports."""
+    store = world / f"store{time.monotonic_ns()}"
+    children = []
+    for rank in range(world_size):
+        cfg = config(world, rank, **overrides)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            report: dict[str, Any]
+            try:
+                if prepare:
+                    isolation.prepare(cfg)
+                if gloo:
+                    dist.init_process_group(
+                        "gloo",
+                        store=dist.FileStore(str(store), world_size),
+                        rank=rank,
+                        world_size=world_size,
+                        timeout=datetime.timedelta(seconds=60),
+                    )
+                report = {"layers": isolation.enter(cfg), **probe(cfg)}
+            except BaseException as exc:
+                report = {"crash": repr(exc)}
+            send(write, report)
+            os._exit(0)
+        os.close(write)
+        children.append((pid, read))
+    reports = [receive(read) for _, read in children]
+    for pid, _ in children:
+        os.waitpid(pid, 0)
+    assert all("crash" not in rep for rep in reports), reports
+    return reports
+
+
+def send(fd: int, report: dict[str, Any]) -> None:
+    data = json.dumps(report).encode()
+    os.write(fd, len(data).to_bytes(4, "big") + data)
+
+
+def receive(fd: int) -> dict[str, Any]:
+    """One length-prefixed report: EOF never comes while a process the probe left holds the pipe."""
+    with os.fdopen(fd, "rb") as pipe:
+        size = int.from_bytes(pipe.read(4) or b"\0", "big")
+        return json.loads(pipe.read(size)) if size else {"crash": "no report"}
+
+
+def attempt(action: Callable[[], object]) -> str:
+    try:
+        action()
+    except BaseException as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "ok"
+
+
+def on_or_off(expected_on: bool, status: str) -> None:
+    assert status == "on" if expected_on else status.startswith("off: "), status
+
+
+# --- resource limits -----------------------------------------------------------------------------
+
+
+def test_memory_limit_stops_a_3_gib_allocation_but_not_a_modest_one(world: Path) -> None:
+    def probe(cfg: IsolationConfig) -> dict[str, Any]:
+        return {
+            "big": attempt(lambda: torch.empty(3 << 30, dtype=torch.uint8).fill_(1)),
+            "modest": attempt(lambda: torch.empty(256 << 20, dtype=torch.uint8).fill_(1)),
+        }
+
+    (rep,) = run_ranks(world, probe, memory_mb=2048)
+    assert rep["layers"]["rlimits"] == "on"
+    assert "can't allocate memory" in rep["big"] or rep["big"].startswith("MemoryError"), rep["big"]
+    assert rep["modest"] == "ok"
+
+
+def test_core_dumps_off_and_file_size_bounded(world: Path) -> None:
+    def probe(cfg: IsolationConfig) -> dict[str, Any]:
+        import resource
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # report EFBIG instead of dying
+        with open(cfg.scratch / "big.bin", "wb") as f:
+            grew = attempt(lambda: f.write(b"\0" * (2 << 20)) and f.flush())
+        return {"core": resource.getrlimit(resource.RLIMIT_CORE), "grew": grew}
+
+    (rep,) = run_ranks(world, probe, gloo=False, file_size_mb=1)
+    assert rep["layers"]["rlimits"] == "on"
+    assert rep["core"] == [0, 0]
+    assert "File too large" in rep["grew"]
+
+
+# --- separate uid and nproc ----------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not ROOT, reason="a separate uid needs root")
+def test_rank_runs_as_the_student_uid_and_cannot_signal_the_grader(world: Path, student: pwd.struct_passwd) -> None:
+    grader_pid = os.getpid()
+
+    def probe(cfg: IsolationConfig) -> dict[str, Any]:
+        return {
+            "ids": [os.getuid(), os.geteuid(), os.getgid(), os.getgroups()],
+            "kill_grader": attempt(lambda: os.kill(grader_pid, 0)),
+            "scratch_owner": os.stat(cfg.scratch).st_uid,
+        }
+
+    (rep,) = run_ranks(world, probe, student_user=student.pw_name)
+    assert rep["layers"]["uid"] == "on"
+    assert rep["ids"] == [student.pw_uid, student.pw_uid, student.pw_gid, []]
+    assert rep["kill_grader"].startswith("PermissionError")
+    assert rep["scratch_owner"] == student.pw_uid
+
+
+def test_without_a_student_user_the_uid_layer_says_why(world: Path) -> None:
+    (rep,) = run_ranks(world, lambda cfg: {"uid": os.getuid()}, gloo=False, student_user=None)
+    assert rep["layers"]["uid"] == ("off: no student user configured" if ROOT else "off: not running as root")
+    assert rep["uid"] == os.getuid()
+    if ROOT:
+        assert rep["layers"]["nproc"] == "off: root ignores RLIMIT_NPROC and no separate uid is in use"
+
+
+@pytest.mark.skipif(not ROOT, reason="a separate uid needs root")
+def test_fork_bomb_is_bounded_and_its_children_reaped(world: Path, student: pwd.struct_passwd) -> None:
+    isolation.become_subreaper()
+
+    def probe(cfg: IsolationConfig) -> dict[str, Any]:
+        forked = 0
+        while forked < 10_000:
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                return {"forked": forked, "stopped": exc.strerror}
+            if pid == 0:
+                time.sleep(300)
+                os._exit(0)
+            forked += 1
+        return {"forked": forked, "stopped": "never"}
+
+    # The limit counts every task of the uid on the machine, other gradings' ranks included.
+    nproc = 32 + len(_pids_of_uid(student.pw_uid))
+    (rep,) = run_ranks(world, probe, student_user=student.pw_name, nproc=nproc)
+    assert rep["layers"]["nproc"] == "on"
+    assert rep["stopped"] == "Resource temporarily unavailable"
+    assert rep["forked"] < nproc
+    assert isolation.reap_descendants() == rep["forked"]
+    assert not [p for p in _pids_of_uid(student.pw_uid)]
+
+
+def _pids_of_uid(uid: int) -> list[int]:
+    pids = []
+    for name in os.listdir("/proc"):
+        try:
+            if name.isdigit() and os.stat(f"/proc/{name}").st_uid == uid:
+                pids.append(int(name))
+        except FileNotFoundError:
+            pass
+    return pids
+
+
+# --- filesystem ----------------------------------------------------------------------------------
+
+
+def test_rank_reads_only_its_sandbox_and_the_python_environment(world: Path, student: pwd.struct_passwd) -> None:
+    secret = world / "host" / "secret.txt"
+    targets = {"secret": secret, "reference": REFERENCE, "shadow": Path("/etc/shadow")}
+
+    def probe(cfg: IsolationConfig) -> dict[str, Any]:
+        import email.mime.text  # noqa: F401 - a lazy stdlib import still works
+
+        out = {name: attempt(path.read_text) for name, path in targets.items()}
+        out["sandbox"] = (cfg.sandbox / "src" / "collectives.py").read_text()
+        return out
+
+    assert secret.read_text() == "answer key"  # readable by everyone on the host
+    (rep,) = run_ranks(world, probe, student_user=student.pw_name if ROOT else None)
+    on_or_off(FS, rep["layers"]["filesystem"])
+    assert rep["sandbox"] == "X = 1\n"
+    if FS:
+        assert rep["secret"].startswith("FileNotFoundError")
+        assert rep["reference"].startswith("FileNotFoundError")
+        assert rep["shadow"].startswith("FileNotFoundError")
+
+
+def test_rank_writes_only_scratch_and_a_private_tmp(world: Path, student: pwd.struct_passwd) -> None:
+    def probe(cfg: IsolationConfig) -> dict[str, Any]:
+        def write(path: Path) -> str:
+            return attempt(lambda: path.write_text("forged 100/100"))
+
+        return {
+            "scratch": write(cfg.scratch / "results.json"),
+            "tmp": write(Path("/tmp/results.json")),
+            "sandbox": write(cfg.sandbox / "junit.xml"),
+            "beside": write(cfg.sandbox.parent / "results.json"),
+            "root": write(Path("/results.json")),
+            "cwd": os.getcwd(),
+            "tmpdir": os.environ["TMPDIR"],
+        }
+
+    (rep,) = run_ranks(world, probe, student_user=student.pw_name if ROOT else None)
+    on_or_off(FS, rep["layers"]["filesystem"])
+    assert rep["cwd"] == rep["tmpdir"] == str(world / "scratch0")
+    assert rep["scratch"] == "ok"
+    if FS:
+        assert rep["tmp"] == "ok" and not (Path("/tmp/results.json").exists())  # a private /tmp
+        for where in ("sandbox", "beside", "root"):
+            assert rep[where].startswith(("OSError", "PermissionError", "FileNotFoundError")), rep[where]
+        assert not (world / "sandbox" / "junit.xml").exists() and not (world / "results.json").exists()
+
+
+@pytest.mark.skipif(not FS, reason="mount namespaces are not available here")
+def test_gloo_threads_moved_to_the_new_root_with_the_rank(world: Path) -> None:
+    """Gloo starts its threads in init_process_group, between prepare() and enter()."""
+
+    def probe(cfg: IsolationConfig) -> dict[str, Any]:
+        tasks = os.listdir("/proc/self/task")
+        roots = {tid: tuple(os.stat(f"/proc/self/task/{tid}/root")[1:3]) for tid in tasks}
+        work = dist.all_reduce(torch.ones(2), async_op=True)
+        seen: list[str] = []
+        work.get_future().then(lambda fut: seen.append(attempt((world / "host" / "secret.txt").read_text))).wait()
+        return {"tasks": len(tasks), "roots": len(set(roots.values())), "callback": seen}
+
+    reports = run_ranks(world, probe, world_size=2)
+    for rep in reports:
+        assert rep["layers"]["filesystem"] == "on"
+        assert rep["tasks"] > 1  # Gloo's threads exist
+        assert rep["roots"] == 1  # and share the rank's root
+        assert rep["callback"][0].startswith("FileNotFoundError")
+
+
+def test_enter_without_prepare_reports_the_filesystem_layer_off(world: Path) -> None:
+    (rep,) = run_ranks(world, lambda cfg: {"secret": attempt((world / "host" / "secret.txt").read_text)}, prepare=False)
+    assert rep["layers"]["filesystem"] == "off: prepare() was not called before init_process_group"
+    assert rep["secret"] == "ok"
+
+
+@pytest.fixture
+def open_world(world: Path, student: pwd.struct_passwd) -> Any:
+    """``world`` where a non-root student can reach it (pytest's own tmp dir is private to root)."""
+    base = Path(tempfile.mkdtemp(prefix="isolation-"))
+    base.chmod(0o755)
+    shutil.copytree(world / "sandbox", base / "sandbox")
+    shutil.copytree(world / "host", base / "host")
+    (base / "scratch0").mkdir()
+    os.chown(base / "scratch0", student.pw_uid, student.pw_gid)
+    yield base
+    shutil.rmtree(base)
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root to become a non-root user first")
+def test_without_root_an_unprivileged_user_namespace_hides_the_host(
+    open_world: Path, student: pwd.struct_passwd
+) -> None:
+    """The path a non-root grader takes: user + mount namespace, no /proc."""
+    secret = open_world / "host" / "secret.txt"
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setgid(student.pw_gid)
+            os.setuid(student.pw_uid)
+            # What a rank of a non-root grader starts as (setuid made us non-dumpable).
+            isolation._prctl(isolation.PR_SET_DUMPABLE, 1)
+            isolation._state = isolation._State()
+            cfg = IsolationConfig(
+                sandbox=open_world / "sandbox",
+                scratch=open_world / "scratch0",
+                allow_read=tuple(Path(p) for p in ("/usr/lib", "/lib", "/etc/passwd") if os.path.exists(p)),
+            )
+            assert secret.read_text() == "answer key"  # the student can read it on the host
+            isolation.prepare(cfg)
+            report = {"layers": isolation.enter(cfg), "secret": attempt(secret.read_text)}
+            report["proc"] = os.path.exists("/proc/1")
+            report["sandbox"] = (cfg.sandbox / "src" / "collectives.py").read_text()
+        except BaseException as exc:
+            report = {"crash": repr(exc)}
+        send(write, report)
+        os._exit(0)
+    os.close(write)
+    rep = receive(read)
+    os.waitpid(pid, 0)
+    assert "crash" not in rep, rep
+    if subprocess.run(["unshare", "-U", "-r", "true"]).returncode != 0:
+        assert rep["layers"]["filesystem"].startswith("off: ")
+        return
+    assert rep["layers"]["filesystem"] == "on"
+    assert rep["layers"]["uid"] == "off: not running as root"
+    assert rep["layers"]["nproc"] == "on"
+    assert rep["sandbox"] == "X = 1\n"
+    assert rep["secret"].startswith("FileNotFoundError")
+    assert rep["proc"] is False
+
+
+# --- prctl, /proc ------------------------------------------------------------------------------
+
+
+def test_other_ranks_memory_environ_and_cwd_are_out_of_reach(world: Path, student: pwd.struct_passwd) -> None:
+    grader_pid = os.getpid()
+
+    def probe(cfg: IsolationConfig) -> dict[str, Any]:
+        peer_pid = torch.tensor([os.getpid()])
+        pids = [torch.zeros(1, dtype=torch.int64) for _ in range(2)]
+        dist.all_gather(pids, peer_pid)
+        peer = [int(p) for p in pids if int(p) != os.getpid()][0]
+        out = {}
+        for who, pid in (("peer", peer), ("grader", grader_pid)):
+            out[f"{who}_mem"] = attempt(lambda pid=pid: open(f"/proc/{pid}/mem", "rb").read(1))
+            out[f"{who}_environ"] = attempt(lambda pid=pid: open(f"/proc/{pid}/environ", "rb").read())
+            out[f"{who}_cwd"] = attempt(lambda pid=pid: os.listdir(f"/proc/{pid}/cwd"))
+            out[f"{who}_root"] = attempt(lambda pid=pid: os.listdir(f"/proc/{pid}/root"))
+        dist.barrier()
+        return out
+
+    reports = run_ranks(world, probe, world_size=2, student_user=student.pw_name if ROOT else None)
+    for rep in reports:
+        assert rep["layers"]["prctl"] == "on"
+        for key, value in rep.items():
+            if key != "layers":
+                assert value.startswith(("PermissionError", "FileNotFoundError")), (key, value)
+
+
+def test_rank_dies_with_its_parent(world: Path) -> None:
+    read, write = os.pipe()
+    parent = os.fork()
+    if parent == 0:  # the rank's parent: forks the rank and waits to be killed
+        os.close(read)
+        if os.fork() == 0:
+            isolation.enter(config(world))
+            send(write, {"rank": os.getpid()})
+            time.sleep(300)
+            os._exit(0)
+        time.sleep(300)
+        os._exit(0)
+    os.close(write)
+    rank = receive(read)["rank"]
+    assert _alive(rank)
+    os.kill(parent, signal.SIGKILL)
+    os.waitpid(parent, 0)
+    deadline = time.monotonic() + 30
+    while _alive(rank) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(rank)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for us to reap it."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    if state == "Z":
+        isolation.reap_descendants(timeout=0)
+        return False
+    return True
+
+
+# --- parent side -------------------------------------------------------------------------------
+
+
+def test_detached_setsid_grandchild_is_reparented_and_reaped(world: Path) -> None:
+    isolation.become_subreaper()
+
+    def probe(cfg: IsolationConfig) -> dict[str, Any]:
+        read, write = os.pipe()
+        if os.fork() == 0:
+            os.setsid()
+            grandchild = os.fork()
+            if grandchild == 0:
+                time.sleep(300)
+                os._exit(0)
+            os.write(write, str(grandchild).encode())
+            os._exit(0)  # the grandchild is orphaned
+        os.close(write)
+        return {"detached": int(os.read(read, 32))}
+
+    (rep,) = run_ranks(world, probe, gloo=False)
+    detached = rep["detached"]
+    assert _alive(detached)
+    assert isolation._stat(detached) is not None and isolation._stat(detached)[1] == os.getpid()  # type: ignore[index]
+    assert isolation.reap_descendants() >= 1
+    assert not _alive(detached)
+    assert isolation.reap_descendants() == 0
+
+
+@pytest.mark.skipif(not ROOT, reason="kill_by_uid is a root-only layer")
+def test_kill_by_uid_ends_every_process_of_that_uid(student: pwd.struct_passwd) -> None:
+    isolation.become_subreaper()
+    sentinel = subprocess.Popen(["sleep", "300"])  # ours, must survive
+    pids = []
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:
+            os.setgroups([])
+            os.setgid(student.pw_gid)
+            os.setuid(student.pw_uid)
+            if os.fork() == 0:
+                os.setsid()
+            time.sleep(300)
+            os._exit(0)
+        pids.append(pid)
+    deadline = time.monotonic() + 30
+    while len(_pids_of_uid(student.pw_uid)) < 6 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(_pids_of_uid(student.pw_uid)) >= 6
+    isolation.kill_by_uid(student.pw_uid)
+    assert not [p for p in _pids_of_uid(student.pw_uid) if _alive(p)]
+    assert sentinel.poll() is None
+    sentinel.kill()
+    sentinel.wait()
+    isolation.reap_descendants()
