@@ -1,0 +1,301 @@
+"""The HTML reports: their numbers are the gradebook's, the diagram draws every message, and they
+render in headless Chromium (screenshots in artifacts/screenshots/, checked to be real pictures).
+
+The class is graded by the fake grader of tests/test_batch.py (see its docstring), so these tests
+exercise the same files `grader batch` writes.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import os
+import shutil
+import struct
+import subprocess
+import zlib
+from html.parser import HTMLParser
+from io import StringIO
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCREENSHOTS = REPO / "artifacts" / "screenshots"
+RANK_COLOURS = [(0x25, 0x63, 0xEB), (0xDC, 0x26, 0x26), (0x05, 0x96, 0x69), (0xD9, 0x77, 0x06)]
+
+
+def _fake_grader_module():
+    spec = importlib.util.spec_from_file_location("fake_grader", Path(__file__).with_name("test_batch.py"))
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory) -> Path:
+    from grader.batch import run_batch
+
+    fake = _fake_grader_module()
+    root = tmp_path_factory.mktemp("reports")
+    roster = root / "roster"
+    fake.submission(roster, "a9-alice")
+    fake.submission(roster, "a9-bob", "forbidden", "hang-case")
+    fake.submission(roster, "a9-carol", "no-trace")
+    fake.submission(roster, "a9-dave", "crash")
+    fake.submission(roster, "a9-erin")
+    fake.submission(roster, "a9-fred", "forbidden")
+    (roster / "a9-gus").mkdir()
+    manual = root / "manual.csv"
+    manual.write_text("alice,task1.diagram,4,labelled arrows; chunk 3 of r1 is drawn twice\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FAKE_GRADER_LOG", str(root / "grades.log"))
+        run_batch(roster, root / "out", jobs=2, manual=manual, grade_cmd=fake.FAKE, progress=StringIO())
+    return root / "out"
+
+
+class _Numbers(HTMLParser):
+    """Every element carrying ``data-value``, with its other ``data-*`` attributes; and tag counts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values: list[dict[str, str]] = []
+        self.elements: list[tuple[str, dict[str, str]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        data = {k.removeprefix("data-"): v or "" for k, v in attrs if k.startswith("data-")}
+        self.elements.append((tag, data))
+        if "value" in data:
+            self.values.append(data)
+
+
+def parse(path: Path) -> _Numbers:
+    parser = _Numbers()
+    parser.feed(path.read_text(encoding="utf-8"))
+    return parser
+
+
+def gradebook(out: Path) -> dict[str, dict[str, str]]:
+    with (out / "gradebook.csv").open() as fh:
+        return {row["student"]: row for row in csv.DictReader(fh)}
+
+
+# ----------------------------------------------------------------------------------------------
+# Numbers
+
+
+def test_class_report_numbers_are_the_gradebook(out):
+    book = gradebook(out)
+    page = parse(out / "index.html")
+    shown: dict[tuple[str, str], str] = {}
+    for v in page.values:
+        if "student" in v:
+            shown[(v["student"], v.get("task") or v["field"])] = v["value"]
+    columns = [c for c in next(iter(book.values())) if c not in ("student", "status", "flags")]
+    assert columns == ["task1", "task2", "bonus", "late_penalty", "total"]
+    assert {(s, c): row[c] for s, row in book.items() for c in columns} == shown
+    statuses = {d["student"]: d["status"] for tag, d in page.elements if tag == "tr" and "status" in d}
+    assert statuses == {s: row["status"] for s, row in book.items()}
+    overview = {v["field"]: v["value"] for v in page.values if "student" not in v and "field" in v}
+    assert overview["students"] == str(len(book)) and overview["count-graded"] == "5"
+
+
+def test_student_reports_show_the_gradebook_numbers(out):
+    from grader.results import GradeResult
+
+    book = gradebook(out)
+    graded = [s for s, row in book.items() if row["status"] == "graded"]
+    assert graded == ["alice", "bob", "carol", "erin", "fred"]
+    for student in graded:
+        page = parse(out / "students" / student / "report.html")
+        fields = {v["field"]: v["value"] for v in page.values if "field" in v and "item" not in v}
+        tasks = {v["task"]: v["value"] for v in page.values if "task" in v}
+        row = book[student]
+        assert fields["total"] == row["total"]
+        assert fields["bonus"] == row["bonus"]
+        assert fields["late_penalty"] == row["late_penalty"]
+        assert tasks["task1"] == row["task1"] and tasks["task2"] == row["task2"]
+        final = GradeResult.load(out / "students" / student / "final.json")
+        items = {v["item"]: float(v["value"]) for v in page.values if "item" in v}
+        assert items == {i.id: pytest.approx(i.score) for i in final.items()}
+    alice = (out / "students" / "alice" / "report.html").read_text()
+    assert "chunk 3 of r1 is drawn twice" in alice and ">manual<" in alice
+
+
+def test_histograms_count_every_graded_student(out):
+    book = gradebook(out)
+    totals = [float(r["total"]) for r in book.values() if r["status"] == "graded"]
+    bars: dict[str, list[tuple[str, int]]] = {}
+    current = None
+    for tag, d in parse(out / "index.html").elements:
+        if tag == "svg" and "histogram" in d:
+            current = d["histogram"]
+        elif tag == "rect" and "bin" in d and current:
+            bars.setdefault(current, []).append((d["bin"], int(d["count"])))
+    assert set(bars) == {"task1", "task2", "bonus", "total"}
+    assert all(sum(c for _, c in b) == len(totals) for b in bars.values())
+    for bin_range, count in bars["total"]:
+        lo, hi = map(float, bin_range.split("-"))
+        last = hi == 72
+        assert count == sum(lo <= t < hi or (last and t == hi) for t in totals), bin_range
+
+
+def test_case_pass_rates_come_from_each_students_junit(out):
+    from grader.batch import case_verdicts
+
+    book = gradebook(out)
+    verdicts = [case_verdicts(out / "students" / s / "junit.xml") for s, r in book.items() if r["status"] == "graded"]
+    shown, case = {}, None
+    for tag, d in parse(out / "index.html").elements:
+        if tag == "tr":
+            case = d.get("case")
+        elif case and d.get("field") == "pass_rate":
+            shown[case] = float(d["value"])
+    assert set(shown) == {c for v in verdicts for c in v} and shown
+    for case, rate in shown.items():
+        ran = [v[case] for v in verdicts if case in v]
+        assert rate == pytest.approx(sum(x == "pass" for x in ran) / len(ran), abs=1e-4), case
+
+
+def test_violations_and_failures_are_listed(out):
+    html = (out / "index.html").read_text()
+    section = html[html.index('id="violations"') : html.index('id="timeouts"')]
+    assert section.count("forbidden-collective") == 2  # bob and fred
+    assert "dist.all_reduce(tensor)" in section
+    timeouts = html[html.index('id="timeouts"') :]
+    assert 'data-student="dave"' in timeouts and 'data-student="bob"' in timeouts  # grader error, hang
+    assert 'href="students/alice/report.html"' in html
+    assert 'href="students/dave/report.html"' not in html  # no result, no report
+
+
+def test_diagram_draws_every_message_and_says_when_there_is_no_trace(out):
+    elements = parse(out / "students" / "alice" / "report.html").elements
+    assert any(tag == "svg" and d.get("diagram") == "all_to_all" for tag, d in elements)
+    pairs = sorted((int(d["src"]), int(d["dst"])) for tag, d in elements if tag == "g" and "message" in d)
+    assert pairs == [(s, d) for s in range(4) for d in range(4) if s != d]
+    carol = parse(out / "students" / "carol" / "report.html").elements
+    assert any(d.get("diagram") == "none" for _, d in carol)
+    assert "No trace available" in (out / "students" / "carol" / "report.html").read_text()
+
+
+def test_diagram_marks_messages_nobody_received_and_receives_nobody_sent():
+    from grader.render.html import ALL_TO_ALL_CASE, match_messages, render_all_to_all_diagram
+
+    events = [
+        {"rank": 0, "op": "send", "peer": 1, "t": 0.001, "bytes": 8, "shape": [2], "dtype": "float32"},
+        {"rank": 1, "op": "recv", "peer": 0, "t": 0.002, "bytes": 8, "shape": [2], "dtype": "float32"},
+        {"rank": 0, "op": "send", "peer": 1, "t": 0.003, "bytes": 8, "shape": [2], "dtype": "float32"},
+        {"rank": 3, "op": "irecv", "peer": 2, "t": 0.004, "bytes": 8, "shape": [2], "dtype": "float32"},
+        {"rank": "x", "op": "send"},  # malformed events (they crossed the trust boundary) are dropped
+    ]
+    svg = render_all_to_all_diagram({ALL_TO_ALL_CASE: {"events": events}})
+    assert svg.count("data-message=") == 2 and "never received" in svg and 'data-orphan="1"' in svg
+    from grader.render.html import _events
+
+    messages, orphans = match_messages(_events(events))
+    assert [(m.src, m.dst, m.k, m.recv is not None) for m in messages] == [(0, 1, 0, True), (0, 1, 1, False)]
+    assert [(o.rank, o.peer) for o in orphans] == [(3, 2)]
+
+
+def test_reports_are_self_contained(out):
+    for page in [out / "index.html", *sorted((out / "students").glob("*/report.html"))]:
+        html = page.read_text()
+        assert "<script" not in html and "<link" not in html and " src=" not in html
+        assert html.replace('xmlns="http://www.w3.org/2000/svg"', "").count("http") == 0, page
+
+
+# ----------------------------------------------------------------------------------------------
+# Headless Chromium
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    found = shutil.which("chromium")
+    if found is None:
+        script = REPO / "scripts" / "install-chromium.sh"
+        done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=900)
+        found = shutil.which("chromium")
+        if found is None:
+            pytest.skip(f"chromium is not installed and {script.name} could not install it: "
+                        f"{(done.stderr or done.stdout).strip()[-300:]}")
+    return found
+
+
+def _chromium(binary: str, tmp_path: Path, page: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--hide-scrollbars", f"--user-data-dir={tmp_path / 'chromium-profile'}", *args, page.as_uri()],
+        capture_output=True, text=True, timeout=180, env={**os.environ, "HOME": str(tmp_path)},
+    )
+
+
+def screenshot(binary: str, tmp_path: Path, page: Path, name: str, height: int) -> list[list[tuple[int, ...]]]:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    png = SCREENSHOTS / name
+    png.unlink(missing_ok=True)
+    done = _chromium(binary, tmp_path, page, f"--screenshot={png}", f"--window-size=1280,{height}")
+    assert png.is_file(), done.stderr[-2000:]
+    return decode_png(png.read_bytes())
+
+
+def decode_png(data: bytes) -> list[list[tuple[int, ...]]]:
+    """Rows of RGB pixels of an 8-bit RGB/RGBA, non-interlaced PNG (what Chromium writes)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat = 8, b""
+    while pos < len(data):
+        (length,), kind = struct.unpack(">I", data[pos : pos + 4]), data[pos + 4 : pos + 8]
+        body = data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IHDR":
+            width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+    assert depth == 8 and colour in (2, 6) and interlace == 0, (depth, colour, interlace)
+    bpp = 3 if colour == 2 else 4
+    raw, stride = zlib.decompress(idat), width * bpp
+    rows, prev = [], bytearray(stride)
+    for y in range(height):
+        kind = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        for i in range(stride if kind else 0):
+            a = line[i - bpp] if i >= bpp else 0
+            b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + b) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 0xFF
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+        rows.append([tuple(line[x : x + 3]) for x in range(0, stride, bpp)])
+        prev = line
+    return rows
+
+
+def test_student_report_renders_with_its_diagram(out, chromium, tmp_path):
+    page = out / "students" / "alice" / "report.html"
+    dom = _chromium(chromium, tmp_path, page, "--dump-dom").stdout
+    assert 'data-diagram="all_to_all"' in dom and dom.count("data-message=") == 12
+    pixels = screenshot(chromium, tmp_path, page, "student-report.png", 2000)
+    where = {c: [(x, y) for y, row in enumerate(pixels) for x, p in enumerate(row) if p == c] for c in RANK_COLOURS}
+    assert all(where.values()), "a rank's colour is missing: the diagram did not render"
+    xs = [x for points in where.values() for x, _ in points]
+    ys = [y for points in where.values() for _, y in points]
+    region = {p for row in pixels[min(ys) : max(ys) + 1] for p in row[min(xs) : max(xs) + 1]}
+    assert len(region) > 50, f"only {len(region)} colours in the diagram region"
+    assert max(xs) - min(xs) > 600 and max(ys) - min(ys) > 250  # lanes and arrows, not a stray dot
+
+
+def test_class_report_renders_with_its_histograms(out, chromium, tmp_path):
+    page = out / "index.html"
+    dom = _chromium(chromium, tmp_path, page, "--dump-dom").stdout
+    assert dom.count("data-histogram=") == 4
+    pixels = screenshot(chromium, tmp_path, page, "class-report.png", 2000)
+    colours = {p for row in pixels for p in row}
+    assert (0x3B, 0x82, 0xF6) in colours, "no histogram bar was drawn"
+    assert len(colours) > 100
