@@ -373,11 +373,11 @@ def test_other_ranks_memory_environ_and_cwd_are_out_of_reach(world: Path, studen
         peer_pid = torch.tensor([os.getpid()])
         pids = [torch.zeros(1, dtype=torch.int64) for _ in range(2)]
         dist.all_gather(pids, peer_pid)
-        peer = [int(p) for p in pids if int(p) != os.getpid()][0]
+        peer = next(int(p) for p in pids if int(p) != os.getpid())
         out = {}
         for who, pid in (("peer", peer), ("grader", grader_pid)):
-            out[f"{who}_mem"] = attempt(lambda pid=pid: open(f"/proc/{pid}/mem", "rb").read(1))
-            out[f"{who}_environ"] = attempt(lambda pid=pid: open(f"/proc/{pid}/environ", "rb").read())
+            out[f"{who}_mem"] = attempt(lambda pid=pid: Path(f"/proc/{pid}/mem").open("rb").read(1))  # noqa: SIM115
+            out[f"{who}_environ"] = attempt(lambda pid=pid: Path(f"/proc/{pid}/environ").read_bytes())
             out[f"{who}_cwd"] = attempt(lambda pid=pid: os.listdir(f"/proc/{pid}/cwd"))
             out[f"{who}_root"] = attempt(lambda pid=pid: os.listdir(f"/proc/{pid}/root"))
         dist.barrier()
