@@ -37,13 +37,13 @@ def world_size_params():
 
 def _rank_main(rank, world_size, store_path, fn, args):
     torch.set_num_threads(1)  # ranks share the machine's cores
-    dist.init_process_group(
-        "gloo",
-        init_method=f"file://{store_path}",
-        rank=rank,
-        world_size=world_size,
-        timeout=timedelta(seconds=JOIN_TIMEOUT_S),
-    )
+    store = dist.FileStore(store_path, world_size)
+    store.set_timeout(timedelta(seconds=JOIN_TIMEOUT_S))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=store.timeout)
+    # A rank that returned early and exited would close its sockets under a peer that is still
+    # connecting to it ("Connection closed by peer"); so every rank first waits for all to connect.
+    store.set(f"connected/{rank}", "1")
+    store.wait([f"connected/{r}" for r in range(world_size)])
     try:
         fn(rank, world_size, *args)
     finally:
