@@ -201,17 +201,15 @@ def submission_key(student: Student, rubric: Rubric, scratch: Path) -> tuple[dic
     """
     if not student.source:
         return None, "no submission listed in the roster"
-    limit = int(rubric.limits.submission_mb * 2**20)
-    names = [name for d in rubric.deliverables.values() for name in d.any_of]
     with tempfile.TemporaryDirectory(prefix=".tmp-key-", dir=scratch) as tmp:
         try:
-            taken = materialize(
+            taken = materialize(  # with the arguments grader.pipeline passes
                 student.source,
-                list(rubric.student_files),
-                names,
-                Path(tmp) / "sandbox",
-                max_file_bytes=limit,
-                max_total_bytes=limit,
+                student_files=list(rubric.student_files),
+                deliverables=list(rubric.deliverable_files),
+                dest=Path(tmp) / "sandbox",
+                max_file_bytes=rubric.limits.file_size_mb << 20,
+                max_total_bytes=rubric.limits.submission_mb << 20,
                 submitted_at=student.submitted_at,
             )
         except UserError as exc:
@@ -311,6 +309,13 @@ class _Grader:
 
     def process(self, student: Student) -> tuple[str, bool]:
         """(status to report, whether a grade ran): no submission, cached, or graded now."""
+        try:
+            return self._process(student)
+        except Exception as exc:  # the batch's own failure on one student is that student's row
+            _record(self.students_dir / student.name, Outcome(GRADER_ERROR, f"grader batch: {exc!r}"))
+            return GRADER_ERROR, False
+
+    def _process(self, student: Student) -> tuple[str, bool]:
         final = self.students_dir / student.name
         key, why = submission_key(student, self.rubric, self.students_dir)
         if key is None:
@@ -359,6 +364,8 @@ class _Grader:
             _kill_group(proc)  # on timeout, and leftovers of a finished grade must not outlive it
             with self._lock:
                 self._running.pop(proc.pid, None)
+        if self._stopping:  # killed by stop(): leave nothing behind that looks like a verdict
+            raise KeyboardInterrupt
         return Outcome(GRADED, returncode=proc.returncode)
 
     def stop(self) -> None:

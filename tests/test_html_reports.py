@@ -174,6 +174,13 @@ def test_diagram_draws_every_message_and_says_when_there_is_no_trace(out):
     assert any(tag == "svg" and d.get("diagram") == "all_to_all" for tag, d in elements)
     pairs = sorted((int(d["src"]), int(d["dst"])) for tag, d in elements if tag == "g" and "message" in d)
     assert pairs == [(s, d) for s in range(4) for d in range(4) if s != d]
+    # With hidden case ids the trace is keyed "hidden case N": the diagram still finds its events.
+    from grader.render.html import render_all_to_all_diagram
+    from grader.results import GradeResult
+
+    trace = GradeResult.load(out / "students" / "alice" / "final.json").trace
+    hidden = {f"hidden case {n}": summary for n, summary in enumerate(trace.values())}
+    assert render_all_to_all_diagram(hidden).count("data-message=") == 12
     carol = parse(out / "students" / "carol" / "report.html").elements
     assert any(d.get("diagram") == "none" for _, d in carol)
     assert "No trace available" in (out / "students" / "carol" / "report.html").read_text()
