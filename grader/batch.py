@@ -66,6 +66,7 @@ VERDICT_FLAGS = {
 }
 
 GRADEBOOK_FIXED = ("bonus", "late_penalty", "total", "status", "flags")
+KILL_GRACE_S = 10.0  # between SIGINT and SIGKILL when a grade is ended
 LOG_TAIL = 2000  # characters of grade.log quoted as the message of a failed grade
 
 
@@ -378,9 +379,13 @@ class _Grader:
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    """End a grade's whole process group.  SIGINT first, so a grade still running can clean up (the
+    docker backend removes its container in a ``finally``), then SIGKILL for whatever is left."""
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=KILL_GRACE_S)
 
 
 def _classify(out: Path, run: Outcome) -> Outcome:
