@@ -14,17 +14,19 @@
 #                    only (for TLS-intercepting proxies); it stays in the build stage, never in the final image
 ARG BASE_IMAGE=python:3.11-slim
 
-FROM ${BASE_IMAGE} AS build
+# The torch venv: the only stage that sees the staged wheels and CA bundle, and the big layer every later
+# build reuses.
+FROM ${BASE_IMAGE} AS torch
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG TORCH_SPEC=torch==2.13.0
 ARG TORCH_WHEEL_DIR=
 ARG CA_BUNDLE=
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_DEFAULT_TIMEOUT=120
-# build/docker/ holds what scripts/build-image.sh stages (wheels, CA bundle); it may be absent. pyproject.toml
-# is listed only so the legacy builder accepts a wildcard that matches nothing.
-COPY pyproject.toml build/docke[r] /opt/build-extra/
+# build/docker/ holds what scripts/build-image.sh stages (wheels, CA bundle); it may be absent. The empty,
+# never-changing grader/py.typed is listed only so the legacy builder accepts a wildcard that matches nothing.
+COPY grader/py.typed build/docke[r] /opt/build-extra/
 # numpy is there only because torch warns "Failed to initialize NumPy" on every import without it.
-# pip-env.sh carries the CA settings to both pip steps of this stage.
+# pip-env.sh carries the CA settings to every pip step of this stage and the next.
 RUN set -eu; \
     : > /opt/build-extra/pip-env.sh; \
     if [ -n "$CA_BUNDLE" ]; then \
@@ -42,23 +44,28 @@ RUN set -eu; \
         /opt/grader-venv/bin/pip install --index-url "$TORCH_INDEX_URL" "$TORCH_SPEC" numpy; \
     fi; \
     /opt/grader-venv/bin/python -c "import torch; assert not torch.cuda.is_available(); print('torch', torch.__version__)"
-# The project itself comes after torch so that editing the grader does not reinstall torch.
+# The grader and its other dependencies go to an overlay (same layout as the venv) rather than into the venv,
+# so that the final image copies the torch venv from a cached layer and only the small overlay changes.
+FROM torch AS grader
 COPY pyproject.toml README.m[d] /opt/src/
 COPY grader /opt/src/grader
-RUN . /opt/build-extra/pip-env.sh && /opt/grader-venv/bin/pip install /opt/src
+# The rubrics live beside the package in a checkout; inside the package they become its packaged defaults.
+COPY rubrics /opt/src/grader/rubrics
+RUN . /opt/build-extra/pip-env.sh && /opt/grader-venv/bin/pip install --prefix /opt/overlay /opt/src
 
 FROM ${BASE_IMAGE}
 # Fixed uids so that host-side tools (and the docker backend's tests) can reason about ownership.
 RUN set -eu; \
     groupadd --gid 10001 grader && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /work --shell /usr/sbin/nologin grader; \
     groupadd --gid 10002 student && useradd --uid 10002 --gid 10002 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin student
-COPY --from=build /opt/grader-venv /opt/grader-venv
+COPY --from=torch /opt/grader-venv /opt/grader-venv
+COPY --from=grader /opt/overlay/ /opt/grader-venv/
 ENV PATH=/opt/grader-venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     GRADER_STUDENT_USER=student \
     GLOO_SOCKET_IFNAME=lo
-RUN grader --version
+RUN grader --version && python -c "import torch, grader.pipeline"
 WORKDIR /work
 USER grader
 ENTRYPOINT ["grader"]

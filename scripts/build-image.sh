@@ -96,7 +96,7 @@ case $MODE in
         build_offline_base
         wheel=${TORCH_WHEEL:-}
         if [[ -z $wheel ]]; then
-            wheel=$(ls /opt/wheels/torch-2.13.0+cpu-cp311-*.whl 2>/dev/null | head -n1 || true)
+            wheel=$(find /opt/wheels -maxdepth 1 -name "torch-2.13.0+cpu-cp311-*.whl" 2>/dev/null | head -n1 || true)
         fi
         [[ -n $wheel && -f $wheel ]] || die "no local CPU torch wheel for Python 3.11 (set TORCH_WHEEL=/path/to/torch-...-cp311-...whl)"
         version=$(basename "$wheel" | cut -d- -f2)   # e.g. 2.13.0+cpu
