@@ -3,13 +3,15 @@
 The grading command itself is replaced: a throw-away image built FROM the grader image runs
 `/submission/fake-grader.sh` as its entrypoint, so each test decides what "the grader" does (probe its own
 limits, hang, exhaust memory, write a forged result) with a tiny shell script, and never needs the pipeline.
-Skipped only when no Docker engine answers; scripts/ci-container-stage.sh is the gate that never skips.
+Skipped only when no Docker engine answers, and never under GRADER_REQUIRE_DOCKER=1, which
+scripts/ci-container-stage.sh sets: that stage is the gate that cannot skip.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -25,7 +27,11 @@ from grader.backends.docker import (
 from grader.results import GradeResult, SubmissionInfo
 
 _AVAILABLE, _WHY = docker_available()
-pytestmark = [pytest.mark.docker, pytest.mark.skipif(not _AVAILABLE, reason=f"Docker backend tests: {_WHY}")]
+_REQUIRED = os.environ.get("GRADER_REQUIRE_DOCKER") == "1"
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.skipif(not (_AVAILABLE or _REQUIRED), reason=f"Docker backend tests: {_WHY}"),
+]
 
 FAKE_IMAGE = "dist-grader-fake:test"
 # The real image first: it proves the users and paths the backend relies on exist there.
@@ -34,10 +40,12 @@ STUDENT_UID = 10002
 LIMITS = {"memory_mb": 256, "cpus": 1.0, "pids": 128}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def client():
     import docker
 
+    if not _AVAILABLE:
+        pytest.fail(f"GRADER_REQUIRE_DOCKER=1 but {_WHY}")
     engine = docker.from_env()
     yield engine
     engine.close()

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# CI's container stage: build the grader image, grade the reference solution and hostile submissions inside
+# containers through the real docker backend (`grader grade --backend docker`), check what they scored, and
+# run the docker backend tests with skipping forbidden.  Exits non-zero when Docker cannot run at all.
+#
+# Needs: root or a working Docker engine; the grader's Python dependencies importable by $PYTHON.
+set -euo pipefail
+
+# --- what must be graded, and what it must score --------------------------------------------------------
+# Hostile corpus entries: tests/corpus/hostile/<name>/ is the submission.  Its expected.json (item id ->
+# score) decides when present; until it exists, the total after the name is what the entry must score.
+HOSTILE=(
+    "find_reference=0"   # looks for reference solutions on disk: none are in the image
+    "kill_ancestors=0"   # signals every ancestor process: the grader must survive and still report
+)
+REFERENCE=reference/a9  # must score max_score, plus some bonus
+# ---------------------------------------------------------------------------------------------------------
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+IMAGE=${IMAGE:-grader:local}
+PYTHON=${PYTHON:-python3}
+OUT=${CI_CONTAINER_OUT:-$ROOT/artifacts/container-stage}
+
+say() { printf '[ci-container-stage] %s\n' "$*" >&2; }
+die() { printf '[ci-container-stage] FAILED: %s\n' "$*" >&2; exit 1; }
+
+ensure_docker() {
+    docker info >/dev/null 2>&1 && return 0
+    [[ $(id -u) == 0 ]] || die "no Docker engine answers and only root can install or start one here"
+    if ! command -v dockerd >/dev/null; then
+        say "installing Debian's docker.io"
+        apt-get install -y --no-install-recommends docker.io >/dev/null 2>&1 \
+            || { apt-get update -qq && apt-get install -y --no-install-recommends docker.io >/dev/null; } \
+            || die "apt-get install docker.io failed"
+    fi
+    local log=/tmp/ci-container-stage-dockerd.log
+    say "starting dockerd (log: $log)"
+    dockerd >"$log" 2>&1 &
+    DOCKERD_PID=$!
+    trap 'say "stopping the dockerd this stage started"; kill "$DOCKERD_PID" 2>/dev/null; wait "$DOCKERD_PID" 2>/dev/null || true' EXIT
+    for _ in $(seq 60); do
+        docker info >/dev/null 2>&1 && return 0
+        kill -0 "$DOCKERD_PID" 2>/dev/null || { tail -n 20 "$log" >&2; die "dockerd exited"; }
+        sleep 1
+    done
+    tail -n 20 "$log" >&2
+    die "dockerd did not answer within 60 s"
+}
+
+grade() {  # grade NAME SUBMISSION: results land in $OUT/NAME
+    local name=$1 submission=$2
+    say "grading $submission in a container"
+    rm -rf "${OUT:?}/$name"
+    (cd "$ROOT" && "$PYTHON" -m grader grade "$submission" --backend docker --image "$IMAGE" --out "$OUT/$name") \
+        || die "grading $submission failed"
+}
+
+cd "$ROOT"
+"$PYTHON" -c "import docker, jsonschema, yaml" 2>/dev/null \
+    || die "$PYTHON lacks the grader's dependencies (pip install -e . after CPU torch; see README)"
+ensure_docker
+say "$(docker version --format 'Docker engine {{.Server.Version}}')"
+
+start=$SECONDS
+bash "$ROOT/scripts/build-image.sh"
+say "image ready in $((SECONDS - start)) s"
+
+say "docker backend tests (skipping is an error here)"
+GRADER_REQUIRE_DOCKER=1 "$PYTHON" -m pytest -q -p no:cacheprovider -m docker tests/test_docker_backend.py
+
+mkdir -p "$OUT"
+grade reference "$REFERENCE"
+checks=("reference=max")
+missing=()
+for entry in "${HOSTILE[@]}"; do
+    name=${entry%%=*}
+    if [[ -d tests/corpus/hostile/$name ]]; then
+        grade "$name" "tests/corpus/hostile/$name"
+        checks+=("$entry")
+    else
+        missing+=("tests/corpus/hostile/$name")
+    fi
+done
+
+say "checking scores"
+scores_ok=1
+"$PYTHON" - "$OUT" "${checks[@]}" <<'PY' || scores_ok=0
+import json
+import sys
+from pathlib import Path
+
+out, checks = Path(sys.argv[1]), sys.argv[2:]
+failures = []
+for check in checks:
+    name, want = check.split("=", 1)
+    result = json.loads((out / name / "results.json").read_text())
+    items = {i["id"]: i["score"] for t in result["tasks"] for i in t["items"]}
+    seen = f"{name}: score {result['score']}/{result['max_score']} (+{result['bonus_score']} bonus)"
+    print(seen)
+    if result["status"] != "graded":
+        failures.append(f"{name}: status {result['status']}: {result['error']}")
+    # The container exists to run student code under another uid; without it nothing is confined.
+    if result["isolation"].get("uid") != "on":
+        failures.append(f"{name}: rank processes kept the grader's uid: {result['isolation'].get('uid')}")
+    expected_file = Path("tests/corpus/hostile") / name / "expected.json"
+    if want == "max":
+        if result["score"] != result["max_score"] or result["bonus_score"] <= 0:
+            failures.append(f"{seen}; expected full marks plus bonus")
+    elif expected_file.exists():
+        expected = json.loads(expected_file.read_text())
+        expected = expected.get("items", expected)
+        for item, score in expected.items():
+            if abs(items.get(item, float("nan")) - float(score)) > 1e-9:
+                failures.append(f"{name}: {item} scored {items.get(item)}, expected {score}")
+    elif abs(result["score"] - float(want)) > 1e-9:
+        failures.append(f"{seen}; expected {want}")
+for failure in failures:
+    print("FAILED:", failure, file=sys.stderr)
+sys.exit(1 if failures else 0)
+PY
+[[ ${#missing[@]} == 0 ]] || die "hostile entries missing: ${missing[*]}"
+[[ $scores_ok == 1 ]] || die "scores or isolation not as expected (above)"
+say "container stage passed"
