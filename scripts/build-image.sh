@@ -9,7 +9,8 @@
 #             from a local wheel (TORCH_WHEEL, default /opt/wheels/torch-2.13.0+cpu-cp311-*.whl) and pip
 #             trusts the host's CA bundle (HOST_CA_BUNDLE) during the build only.
 #
-# Other knobs: IMAGE (tag), BASE_IMAGE (registry mode), DEBIAN_MIRROR (offline mode).
+# Other knobs: IMAGE (tag), BASE_IMAGE (registry mode), DEBIAN_MIRROR (offline mode), IMAGE_SOURCE (the
+# repository URL, as the org.opencontainers.image.source label that links a ghcr.io package to its repository).
 # Idempotent: re-running reuses the base image and Docker's layer cache.
 set -euo pipefail
 
@@ -115,6 +116,8 @@ case $MODE in
         die "GRADER_BUILD_MODE must be auto, registry or offline (got $MODE)"
         ;;
 esac
+
+[[ -n ${IMAGE_SOURCE:-} ]] && build_args+=(--label "org.opencontainers.image.source=$IMAGE_SOURCE")
 
 start=$SECONDS
 run docker build -t "$IMAGE" "${build_args[@]}" "${proxy_args[@]}" -f "$ROOT/Dockerfile" "$ROOT"

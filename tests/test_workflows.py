@@ -1,0 +1,261 @@
+"""The GitHub workflows and the composite action: they parse, pass actionlint (with shellcheck on every
+`run:` script), meet the Classroom reporter contract (/work/shared/docs/github-classroom.md, summarised in
+the README), and their shell steps really produce what the reporter decodes.
+
+The shell steps are run here with `docker` / `grader` replaced by stubs that write what the real ones
+write, so the transport (base64 on one line into `$GITHUB_OUTPUT`, summary.md into the job summary) is
+exercised, not just read.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CI = ROOT / ".github" / "workflows" / "ci.yml"
+TEMPLATE = ROOT / "student_template"
+CLASSROOM = TEMPLATE / ".github" / "workflows" / "classroom.yml"
+ACTION = ROOT / "action.yml"
+REPORTER = "classroom-resources/autograding-grading-reporter@v1"
+CLASSROOM_JSON = {
+    "version": 1, "status": "fail", "max_score": 100,
+    "tests": [{"name": "task1.broadcast", "status": "pass", "score": 6, "message": None,
+               "test_code": "", "filename": "", "line_no": 0, "duration": 1}],
+}
+
+
+def load(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    assert isinstance(data, dict), f"{path} is not a YAML mapping"
+    return data
+
+
+def triggers(workflow: dict[str, Any]) -> Any:
+    return workflow.get("on", workflow.get(True))  # YAML 1.1 reads a bare `on` key as True
+
+
+def tool(name: str) -> str:
+    """A tool installed by scripts/install-actionlint.sh; failing, never skipping, when it is absent."""
+    found = shutil.which(name) or shutil.which(name, path=sysconfig.get_path("scripts"))
+    if found is None:
+        pytest.fail(f"{name} is not installed: run `bash scripts/install-actionlint.sh`", pytrace=False)
+    return found
+
+
+def actionlint(*files: Path, cwd: Path) -> None:
+    tool("shellcheck")  # actionlint silently skips `run:` scripts without it
+    proc = subprocess.run(
+        [tool("actionlint"), "-no-color", "-oneline", *map(str, files)],
+        cwd=cwd, capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 0, f"actionlint:\n{proc.stdout}{proc.stderr}"
+
+
+# --- parsing and actionlint -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [CI, CLASSROOM, ACTION], ids=lambda p: str(p.relative_to(ROOT)))
+def test_parses(path):
+    data = load(path)
+    assert data.get("name")
+
+
+def test_repository_workflows_pass_actionlint():
+    actionlint(*sorted((ROOT / ".github" / "workflows").glob("*.y*ml")), cwd=ROOT)
+
+
+def test_classroom_workflow_passes_actionlint():
+    actionlint(*sorted((TEMPLATE / ".github" / "workflows").glob("*.y*ml")), cwd=TEMPLATE)
+
+
+def test_action_passes_actionlint_where_it_is_used(tmp_path):
+    """actionlint checks an action's metadata through a workflow that uses it (`uses: ./`)."""
+    shutil.copy(ACTION, tmp_path / "action.yml")
+    workflows = tmp_path / ".github" / "workflows"
+    workflows.mkdir(parents=True)
+    (workflows / "use.yml").write_text(
+        "name: use\non: push\njobs:\n  grade:\n    runs-on: ubuntu-latest\n    steps:\n"
+        "      - uses: actions/checkout@v5\n"
+        "      - id: grader\n        uses: ./\n        with:\n          path: submission\n          rubric: r.yaml\n"
+        "      - uses: " + REPORTER + "\n        env:\n"
+        '          GRADER_RESULTS: "${{ steps.grader.outputs.result }}"\n'
+        "        with:\n          runners: grader\n"
+    )
+    actionlint(workflows / "use.yml", cwd=tmp_path)
+
+
+def test_action_scripts_pass_shellcheck(tmp_path):
+    """actionlint does not look inside composite actions' steps."""
+    for i, step in enumerate(s for s in load(ACTION)["runs"]["steps"] if "run" in s):
+        assert step["shell"] == "bash"
+        assert "${{" not in step["run"], "pass inputs through env:, not into the script text"
+        script = tmp_path / f"step{i}.sh"
+        script.write_text("#!/bin/bash\n" + step["run"])
+        proc = subprocess.run([tool("shellcheck"), str(script)], capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stdout
+
+
+# --- the Classroom contract -------------------------------------------------------------------------------
+
+
+def classroom_job() -> dict[str, Any]:
+    workflow = load(CLASSROOM)
+    assert workflow["name"] == "Autograding Tests"
+    assert list(workflow["jobs"]) == ["run-autograding-tests"]
+    return workflow["jobs"]["run-autograding-tests"]
+
+
+def test_classroom_reporter_wiring_meets_the_contract():
+    steps = classroom_job()["steps"]
+    reporters = [i for i, s in enumerate(steps) if s.get("uses") == REPORTER]
+    assert len(reporters) == 1, f"exactly one {REPORTER} step"
+    reporter = steps[reporters[0]]
+    runners = [r.strip() for r in str(reporter["with"]["runners"]).split(",")]
+    earlier = {s.get("id"): s for s in steps[: reporters[0]]}
+    for runner in runners:
+        assert re.fullmatch(r"[A-Za-z0-9]+", runner), f"step id {runner!r}: letters and digits only"
+        assert runner in earlier, f"runner {runner!r} is not a step before the reporter"
+        assert reporter["env"][f"{runner.upper()}_RESULTS"] == f"${{{{ steps.{runner}.outputs.result }}}}"
+    assert set(reporter["env"]) == {f"{r.upper()}_RESULTS" for r in runners}
+
+
+def test_classroom_keeps_what_classroom_expects():
+    workflow = load(CLASSROOM)
+    on = triggers(workflow)
+    assert "push" in on and "repository_dispatch" in on
+    assert workflow["permissions"]["checks"] == "write"
+    assert "github-classroom[bot]" in classroom_job()["if"]
+
+
+def run_script(script: str, tmp_path: Path, env: dict[str, str], stubs: dict[str, str]) -> dict[str, str]:
+    """Run a `run:` script as GitHub does (bash -eo pipefail) with stub commands first on PATH."""
+    bindir = tmp_path / "stubs"
+    bindir.mkdir(exist_ok=True)
+    for name, body in stubs.items():
+        (bindir / name).write_text("#!/bin/bash\nset -eu\n" + body)
+        (bindir / name).chmod(0o755)
+    path = tmp_path / "step.sh"
+    path.write_text(script)
+    full_env = {"PATH": f"{bindir}:{os.environ['PATH']}", "HOME": str(tmp_path), **env}
+    proc = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(path)],
+        env=full_env, capture_output=True, text=True, check=False, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return full_env
+
+
+def github_files(tmp_path: Path) -> dict[str, str]:
+    files = {"GITHUB_OUTPUT": tmp_path / "output", "GITHUB_STEP_SUMMARY": tmp_path / "summary"}
+    for f in files.values():
+        f.touch()
+    (tmp_path / "runner-temp").mkdir()
+    return {**{k: str(v) for k, v in files.items()}, "RUNNER_TEMP": str(tmp_path / "runner-temp")}
+
+
+def decoded_result(output_file: Path) -> Any:
+    """What the reporter does with the step output: one `result=` line of standard base64 JSON."""
+    lines = [line for line in output_file.read_text().splitlines() if line.startswith("result=")]
+    assert len(lines) == 1, output_file.read_text()
+    return json.loads(base64.b64decode(lines[0].removeprefix("result="), validate=True))
+
+
+# A stand-in for `docker run ... -v "$out:/results" IMAGE grade /submission --out /results`: it writes the
+# grader's outputs into the host side of the /results mount and records its arguments.
+DOCKER_STUB = """printf '%s\\n' "$@" > "$RUNNER_TEMP/docker-args"
+while [ $# -gt 0 ]; do
+  if [ "$1" = -v ] && [ "${2#*:}" = /results ]; then out=${2%%:*}; fi
+  shift
+done
+printf '%s' "$CLASSROOM_JSON" > "$out/classroom.json"
+printf '## Grade\\n' > "$out/summary.md"
+"""
+
+
+def test_classroom_steps_hand_the_reporter_the_grader_output(tmp_path):
+    steps = classroom_job()["steps"]
+    grader = next(s for s in steps if s.get("id") == "grader")
+    summary = next(s for s in steps if "GITHUB_STEP_SUMMARY" in s.get("run", ""))
+    env = {**github_files(tmp_path), "GITHUB_WORKSPACE": str(tmp_path),
+           "GRADER_IMAGE": classroom_job()["env"]["GRADER_IMAGE"], "CLASSROOM_JSON": json.dumps(CLASSROOM_JSON)}
+
+    run_script(grader["run"], tmp_path, env, {"docker": DOCKER_STUB})
+    run_script(summary["run"], tmp_path, env, {})
+
+    assert decoded_result(tmp_path / "output") == CLASSROOM_JSON
+    assert (tmp_path / "summary").read_text() == "## Grade\n"
+    args = (tmp_path / "runner-temp" / "docker-args").read_text().splitlines()
+    assert args[-4:] == ["grade", "/submission", "--out", "/results"]
+    assert f"{tmp_path}:/submission:ro" in args  # the student's checkout, read-only
+    assert {"--network", "none"} <= set(args) and "ALL" in args
+
+
+def test_classroom_summary_step_tolerates_a_failed_grade(tmp_path):
+    summary = next(s for s in classroom_job()["steps"] if "GITHUB_STEP_SUMMARY" in s.get("run", ""))
+    assert summary["if"] == "always()"
+    run_script(summary["run"], tmp_path, github_files(tmp_path), {})
+    assert (tmp_path / "summary").read_text() == ""
+
+
+# --- the composite action ---------------------------------------------------------------------------------
+
+
+GRADER_STUB = """printf '%s\\n' "$@" > "$RUNNER_TEMP/grader-args"
+out=$(sed -n '/^--out$/{n;p}' "$RUNNER_TEMP/grader-args")
+mkdir -p "$out"
+printf '%s' "$CLASSROOM_JSON" > "$out/classroom.json"
+"""
+
+
+@pytest.mark.parametrize("rubric", ["", "rubrics/a9.yaml"])
+def test_action_grades_and_sets_result(tmp_path, rubric):
+    action = load(ACTION)
+    assert action["runs"]["using"] == "composite"
+    assert set(action["inputs"]) == {"path", "rubric"}
+    step = next(s for s in action["runs"]["steps"] if s.get("id") == "grade")
+    assert action["outputs"]["result"]["value"] == "${{ steps.grade.outputs.result }}"
+    env = {**github_files(tmp_path), "SUBMISSION": "submission", "RUBRIC": rubric,
+           "CLASSROOM_JSON": json.dumps(CLASSROOM_JSON)}
+
+    run_script(step["run"], tmp_path, env, {"grader": GRADER_STUB})
+
+    assert decoded_result(tmp_path / "output") == CLASSROOM_JSON
+    args = (tmp_path / "runner-temp" / "grader-args").read_text().splitlines()
+    assert args[:2] == ["grade", "submission"]
+    assert ("--rubric" in args) == bool(rubric)
+
+
+def test_action_inputs_reach_the_script_only_through_env():
+    step = next(s for s in load(ACTION)["runs"]["steps"] if s.get("id") == "grade")
+    assert step["env"] == {"SUBMISSION": "${{ inputs.path }}", "RUBRIC": "${{ inputs.rubric }}"}
+
+
+# --- this repository's CI ---------------------------------------------------------------------------------
+
+
+def test_ci_installs_cpu_torch_before_the_package():
+    run = "\n".join(s.get("run", "") for s in load(CI)["jobs"]["test"]["steps"])
+    assert run.index("$TORCH_INDEX_URL\" torch==") < run.index("pip install -e")
+    assert load(CI)["env"]["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
+
+
+def test_ci_publishes_only_tags_and_only_there_may_write_packages():
+    workflow = load(CI)
+    assert workflow["permissions"] == {"contents": "read"}
+    publish = workflow["jobs"]["publish"]
+    assert publish["if"] == "startsWith(github.ref, 'refs/tags/v')"
+    assert publish["permissions"]["packages"] == "write"
+    assert "ghcr.io/" in "\n".join(s.get("run", "") for s in publish["steps"])
+    assert all("packages" not in job.get("permissions", {}) for name, job in workflow["jobs"].items()
+               if name != "publish")
