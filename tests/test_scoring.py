@@ -78,14 +78,19 @@ def test_reference_run_earns_full_marks_and_the_bonus(root):
     assert result.late is None and result.status == "graded"
 
 
-def test_the_diagram_is_pending_until_an_instructor_scores_it(root):
+def test_a_real_diagram_earns_provisional_points_pending_review(root):
     result = grade("reference", root)
     diagram = result.item("task1.diagram")
-    assert (diagram.score, diagram.status, diagram.manual) == (0, ItemStatus.PENDING_REVIEW, True)
+    assert (diagram.score, diagram.status, diagram.manual) == (5, ItemStatus.PENDING_REVIEW, True)
     assert diagram.feedback == (
-        "all_to_all_schematic.pdf is a PDF (0 KiB); its 5 points are pending instructor review (not in your score yet)"
+        "all_to_all_schematic.pdf is a PDF (0 KiB); its 5 points are provisional until an instructor reviews it"
     )
-    assert result.score == 100  # 95 + the bonus
+    assert result.score == 105  # 100 + the bonus
+
+
+def test_an_instructor_can_take_provisional_diagram_points_back(root):
+    result = grade("reference", root, manual={"task1.diagram": 1.0})
+    assert (result.item("task1.diagram").score, result.score) == (1, 101)
 
 
 def test_star_shaped_collectives_earn_100_and_no_bonus(root):
