@@ -13,7 +13,7 @@ HOSTILE=(
     "find_reference=0"   # looks for reference solutions on disk: none are in the image
     "kill_ancestors=0"   # signals every ancestor process: the grader must survive and still report
 )
-REFERENCE=reference/a9  # must score max_score, plus some bonus
+REFERENCE=reference/a9  # its tasks must earn max_score, and some bonus on top
 # ---------------------------------------------------------------------------------------------------------
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -104,8 +104,9 @@ for check in checks:
         failures.append(f"{name}: rank processes kept the grader's uid: {result['isolation'].get('uid')}")
     expected_file = Path("tests/corpus/hostile") / name / "expected.json"
     if want == "max":
-        if result["score"] != result["max_score"] or result["bonus_score"] <= 0:
-            failures.append(f"{seen}; expected full marks plus bonus")
+        earned = sum(t["score"] for t in result["tasks"] if not t["bonus"])
+        if earned != result["max_score"] or result["bonus_score"] <= 0:
+            failures.append(f"{seen}: tasks earned {earned}; expected full marks plus bonus")
     elif expected_file.exists():
         expected = json.loads(expected_file.read_text())
         expected = expected.get("items", expected)
