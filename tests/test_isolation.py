@@ -447,11 +447,39 @@ def test_detached_setsid_grandchild_is_reparented_and_reaped(world: Path) -> Non
 
     (rep,) = run_ranks(world, probe, gloo=False)
     detached = rep["detached"]
-    assert _alive(detached)
-    assert isolation._stat(detached) is not None and isolation._stat(detached)[1] == os.getpid()  # type: ignore[index]
+    deadline = time.monotonic() + 30  # its parent is still exiting
+    while _alive(detached) and _parent(detached) != os.getpid() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _alive(detached) and _parent(detached) == os.getpid()  # reparented to us, the subreaper
     assert isolation.reap_descendants() >= 1
     assert not _alive(detached)
     assert isolation.reap_descendants() == 0
+
+
+def _parent(pid: int) -> int | None:
+    st = isolation._stat(pid)
+    return st[1] if st else None
+
+
+def test_reaping_spares_the_given_processes_and_their_children() -> None:
+    isolation.become_subreaper()
+    read, write = os.pipe()
+    spared = os.fork()
+    if spared == 0:  # a rank of a group still in use, with a child of its own
+        if os.fork() == 0:
+            time.sleep(300)
+            os._exit(0)
+        send(write, {"ready": True})
+        time.sleep(300)
+        os._exit(0)
+    os.close(write)
+    doomed = subprocess.Popen(["sleep", "300"])
+    assert receive(read) == {"ready": True}
+    assert isolation.reap_descendants(spare=frozenset({spared})) == 1
+    assert not _alive(doomed.pid)  # killed and reaped (Popen can no longer see its status)
+    assert _alive(spared) and len(isolation._descendants(spared)) == 1
+    assert isolation.reap_descendants() == 2
+    assert not _alive(spared)
 
 
 @pytest.mark.skipif(not ROOT, reason="kill_by_uid is a root-only layer")
