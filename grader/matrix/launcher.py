@@ -314,9 +314,15 @@ def _report(r: int, frame: wire.Frame) -> RankReport:
     )
 
 
+#: Reply statuses after which a rank process is still sound: the failure was the student's Python
+#: raising, not the process or the wire breaking.  "memory" is not among them (the heap may be spent).
+REUSABLE = frozenset({"ok", "not_implemented", "forbidden", "import_error", "bad_return", "exception"})
+
+
 def _clean(run: CaseRun) -> bool:
-    """May the group run another case?  Only if every rank replied ok and every message pairs up."""
-    if run.hang or any(rep.status != "ok" for rep in run.ranks):
+    """May the group run another case?  Only if every rank replied, none broke, and every message
+    pairs up, so nothing stray is left in flight for a later case's receive to pick up."""
+    if run.hang or any(rep.status not in REUSABLE for rep in run.ranks):
         return False
     sent: dict[tuple[int, int], int] = {}
     for rep in run.ranks:
