@@ -54,8 +54,12 @@ COPY rubrics /opt/src/grader/rubrics
 RUN . /opt/build-extra/pip-env.sh && /opt/grader-venv/bin/pip install --prefix /opt/overlay /opt/src
 
 FROM ${BASE_IMAGE}
-# Fixed uids so that host-side tools (and the docker backend's tests) can reason about ownership.
+# git: the grader reads a submitted repository's commit (its time decides lateness) and compares the files
+# with it.  Fixed uids so that host-side tools (and the docker backend's tests) can reason about ownership.
 RUN set -eu; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends git; \
+    rm -rf /var/lib/apt/lists/*; \
     groupadd --gid 10001 grader && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /work --shell /usr/sbin/nologin grader; \
     groupadd --gid 10002 student && useradd --uid 10002 --gid 10002 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin student
 COPY --from=torch /opt/grader-venv /opt/grader-venv

@@ -14,6 +14,7 @@ HOSTILE=(
     "kill_ancestors=0"   # signals every ancestor process: the grader must survive and still report
 )
 REFERENCE=reference/a9  # its tasks must earn max_score, and some bonus on top
+COMMIT_TIME=2026-01-05T12:00:00+00:00  # the reference's commit, as results.json must report it
 # ---------------------------------------------------------------------------------------------------------
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -69,7 +70,16 @@ say "docker backend tests (skipping is an error here)"
 GRADER_REQUIRE_DOCKER=1 "$PYTHON" -m pytest -q -p no:cacheprovider -m docker tests/test_docker_backend.py
 
 mkdir -p "$OUT"
-grade reference "$REFERENCE"
+# The reference is graded as a student's repository would be: a git checkout whose commit the grader
+# reads from inside the container (the commit time decides lateness).
+repo=$(mktemp -d /tmp/ci-container-stage-reference.XXXXXX)
+cp -r "$REFERENCE"/. "$repo"/
+git -C "$repo" init -q
+git -C "$repo" add -A
+GIT_AUTHOR_DATE=$COMMIT_TIME GIT_COMMITTER_DATE=$COMMIT_TIME \
+    git -C "$repo" -c user.name=ci -c user.email=ci@localhost commit -qm reference
+grade reference "$repo"
+rm -rf "$repo"
 checks=("reference=max")
 missing=()
 for entry in "${HOSTILE[@]}"; do
@@ -84,8 +94,9 @@ done
 
 say "checking scores"
 scores_ok=1
-"$PYTHON" - "$OUT" "${checks[@]}" <<'PY' || scores_ok=0
+COMMIT_TIME=$COMMIT_TIME "$PYTHON" - "$OUT" "${checks[@]}" <<'PY' || scores_ok=0
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -104,6 +115,10 @@ for check in checks:
         failures.append(f"{name}: rank processes kept the grader's uid: {result['isolation'].get('uid')}")
     expected_file = Path("tests/corpus/hostile") / name / "expected.json"
     if want == "max":
+        submission = result["submission"]
+        if not submission["commit"] or submission["submitted_at"] != os.environ["COMMIT_TIME"]:
+            failures.append(f"{name}: commit {submission['commit']} at {submission['submitted_at']} not read")
+        failures += [f"{name}: {problem}" for problem in submission["problems"]]
         earned = sum(t["score"] for t in result["tasks"] if not t["bonus"])
         if earned != result["max_score"] or result["bonus_score"] <= 0:
             failures.append(f"{seen}: tasks earned {earned}; expected full marks plus bonus")
