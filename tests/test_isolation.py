@@ -208,12 +208,12 @@ def test_fork_bomb_is_bounded_and_its_children_reaped(world: Path, student: pwd.
             forked += 1
         return {"forked": forked, "stopped": "never"}
 
-    # The limit counts every task of the uid on the machine, other gradings' ranks included.
-    nproc = 32 + len(_pids_of_uid(student.pw_uid))
-    (rep,) = run_ranks(world, probe, student_user=student.pw_name, nproc=nproc)
+    (rep,) = run_ranks(world, probe, student_user=student.pw_name, nproc=32)
     assert rep["layers"]["nproc"] == "on"
     assert rep["stopped"] == "Resource temporarily unavailable"
-    assert rep["forked"] < nproc
+    # 32 more than the uid had: other gradings' processes of that uid, starting or ending
+    # meanwhile, move the count a little, never by hundreds.
+    assert 0 < rep["forked"] <= 64
     assert isolation.reap_descendants() == rep["forked"]
     assert not [p for p in _pids_of_uid(student.pw_uid)]
 

@@ -17,11 +17,12 @@ and the rank must keep its imported torch.
 Each layer is used when available and reported as ``"on"`` or ``"off: <reason>"``:
 
 ``rlimits``     RLIMIT_AS = current VmSize + memory_mb (torch alone maps ~640 MB), FSIZE, CPU, CORE=0.
-``nproc``       RLIMIT_NPROC.  For the student uid: ``nproc`` tasks (threads count) shared by every
-                process of that uid.  Without a separate uid the limit is set to the tasks the grader's
-                uid already has + ``nproc``: the limit binds only the rank and its descendants, so the
-                grader itself never hits it.  Root ignores RLIMIT_NPROC, so root without a separate
-                uid reports it off.
+``nproc``       RLIMIT_NPROC, which counts every task (threads too) of the rank's uid on the machine.
+                The limit is the tasks that uid has when the rank enters + ``nproc``: the ranks of
+                every live group (Gloo threads included) already hold dozens, so an absolute limit
+                would leave the student nothing, or everything.  It binds only the rank and its
+                descendants, so the grader itself never hits it.  Root ignores RLIMIT_NPROC, so root
+                without a separate uid reports it off.
 ``prctl``       PDEATHSIG=SIGKILL (a rank dies with its parent), DUMPABLE=0 (other ranks of the same
                 uid cannot read its /proc/<pid>/mem, environ, cwd), NO_NEW_PRIVS (no setuid binaries).
 ``uid``         root only: setgroups([]), setgid, setuid to ``student_user`` (the image's ``student``;
@@ -101,7 +102,7 @@ class IsolationConfig:
     sandbox: Path  # the student files; bound read-only at the same path
     scratch: Path  # private writable dir of this rank (created by the parent): cwd, TMPDIR, HOME
     memory_mb: int = 2048  # address space the student may add on top of what the rank already maps
-    nproc: int = 64  # tasks (processes + threads) of the student uid, see ``nproc`` above
+    nproc: int = 64  # tasks (processes + threads) the student may add, see ``nproc`` above
     cpu_s: int = 60  # CPU seconds of the rank (SIGXCPU, then SIGKILL 5 s later)
     file_size_mb: int = 64  # largest file the rank may write; also the size of its /tmp
     student_user: str | None = None  # run as this user when root; None: stay the grader's uid
@@ -220,8 +221,8 @@ def _tasks_of_uid(uid: int) -> int:
 
 
 def _set_nproc(cfg: IsolationConfig, account: pwd.struct_passwd | str) -> str:
-    if isinstance(account, pwd.struct_passwd):
-        limit = cfg.nproc
+    if isinstance(account, pwd.struct_passwd):  # this rank's own threads join that uid's count
+        limit = _tasks_of_uid(account.pw_uid) + _threads() + cfg.nproc
     elif _state.root:
         return "off: root ignores RLIMIT_NPROC and no separate uid is in use"
     else:
