@@ -122,7 +122,8 @@ def trusted_all_to_all(tensor: torch.Tensor, scatter_dim: int, gather_dim: int) 
             works.append(dist.isend(chunks[peer], dst=peer))
             works.append(dist.irecv(received[peer], src=peer))
     for work in works:
-        work.wait()
+        if work is not None:  # None only for a rank outside the group, which a case never has
+            work.wait()
     return torch.cat(received, dim=gather_dim)
 
 
@@ -160,6 +161,5 @@ BODIES: dict[str, Callable[[Student, dict[str, Any], Tensors], Tensors]] = {
 
 #: The student module each kind needs; a missing or broken module fails only these cases.
 MODULE_OF = {
-    kind: ("src.transformer" if kind.startswith(("tensor", "ulysses")) else "src.collectives")
-    for kind in BODIES
+    kind: ("src.transformer" if kind.startswith(("tensor", "ulysses")) else "src.collectives") for kind in BODIES
 }

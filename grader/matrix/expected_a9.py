@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -160,11 +161,9 @@ def _all_to_all(case: Case) -> Prepared:
     )
 
 
-def _inplace(kind: str) -> object:
+def _inplace(kind: str) -> Callable[[Case], Prepared]:
     def prepare_inplace(case: Case) -> Prepared:
-        shaped = Case(
-            case.test, case.id, case.world_size, kind, {**case.params, "dtype": "float32", "shape": [3, 4]}
-        )
+        shaped = Case(case.test, case.id, case.world_size, kind, {**case.params, "dtype": "float32", "shape": [3, 4]})
         prepared = _PREPARERS[kind](shaped)
         prepared.expected = [{"arg": e["out"]} for e in prepared.expected]
         return prepared
@@ -172,7 +171,7 @@ def _inplace(kind: str) -> object:
     return prepare_inplace
 
 
-def _untouched(kind: str) -> object:
+def _untouched(kind: str) -> Callable[[Case], Prepared]:
     """The input of every rank must read the same after the call: the op has no right to it."""
 
     def prepare_untouched(case: Case) -> Prepared:
@@ -199,13 +198,11 @@ def _transformer(case: Case) -> Prepared:
         return Prepared(inputs, [{"out": ys[r]} for r in range(ws)], x.numel() * 4, tol)
     inputs = [{"x": x, **weights} for _ in range(ws)]
     if case.kind == "tensor_parallel_shards":
-        return Prepared(
-            inputs, [reference_model.shards(weights, r, ws) for r in range(ws)], x.numel() * 4, tol
-        )
+        return Prepared(inputs, [reference_model.shards(weights, r, ws) for r in range(ws)], x.numel() * 4, tol)
     return Prepared(inputs, [{"out": y} for _ in range(ws)], x.numel() * 4, tol)
 
 
-_PREPARERS = {
+_PREPARERS: dict[str, Callable[[Case], Prepared]] = {
     "broadcast": _broadcast,
     "allreduce": _allreduce,
     "allgather": _allgather,

@@ -135,11 +135,7 @@ class Guard:
                 }
             )
         arrow = "dst" if op in ("send", "isend") else "src"
-        return (
-            f"{op}({arrow}={peer})"
-            + (f" at {where}" if where else "")
-            + (f" in {function}" if function else "")
-        )
+        return f"{op}({arrow}={peer})" + (f" at {where}" if where else "") + (f" in {function}" if function else "")
 
     @contextlib.contextmanager
     def blocked(self, description: str) -> Iterator[None]:
@@ -326,7 +322,7 @@ def _trace_point_to_point(guard: Guard) -> None:
         with guard.blocked(description):
             return original_wait(self, *args, **kwargs)
 
-    work_cls.wait = wait
+    work_cls.wait = wait  # type: ignore[method-assign]
 
 
 def _peer(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:

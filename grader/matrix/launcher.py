@@ -168,9 +168,7 @@ class RankGroup:
         self.close()
 
     # --- one case ------------------------------------------------------------------------------
-    def run_case(
-        self, header: dict[str, Any], inputs: list[dict[str, torch.Tensor]], timeout_s: float
-    ) -> CaseRun:
+    def run_case(self, header: dict[str, Any], inputs: list[dict[str, torch.Tensor]], timeout_s: float) -> CaseRun:
         header = {**header, "op": "case", "t0": time.monotonic()}
         frames = [wire.encode(header, inputs[r]) for r in range(self.world_size)]
         for r in range(self.world_size):
@@ -221,9 +219,7 @@ class RankGroup:
                     elif not data:
                         reports[r] = self._death(r)
             now = time.monotonic()
-            if failed_at is None and any(
-                rep is not None and rep.status not in ("ok", "ready") for rep in reports
-            ):
+            if failed_at is None and any(rep is not None and rep.status not in ("ok", "ready") for rep in reports):
                 failed_at = now
             if failed_at is not None and now - failed_at > FAILURE_GRACE_S:
                 break  # one rank failed; the others had a moment to report their own failure
@@ -242,11 +238,7 @@ class RankGroup:
             if now - t0 > timeout_s:
                 hang = "timeout"
                 break
-        stacks = (
-            self._stacks([r for r in range(n) if reports[r] is None])
-            if any(r is None for r in reports)
-            else {}
-        )
+        stacks = self._stacks([r for r in range(n) if reports[r] is None]) if any(r is None for r in reports) else {}
         final: list[RankReport] = []
         for r in range(n):
             rep = reports[r] or RankReport(r, "hang" if hang else "no_reply")
@@ -270,9 +262,7 @@ class RankGroup:
                 if os.WIFSIGNALED(status):
                     sig = os.WTERMSIG(status)
                     return RankReport(r, "signaled", f"rank {r} was killed by {signal.Signals(sig).name}")
-                return RankReport(
-                    r, "exited", f"rank {r} exited with status {os.WEXITSTATUS(status)} during the case"
-                )
+                return RankReport(r, "exited", f"rank {r} exited with status {os.WEXITSTATUS(status)} during the case")
             time.sleep(0.01)
         return RankReport(r, "exited", f"rank {r} closed its result pipe without replying")
 
@@ -299,11 +289,11 @@ class RankGroup:
 
 def _report(r: int, frame: wire.Frame) -> RankReport:
     head = frame.header
-    trace = head.get("trace") if isinstance(head.get("trace"), dict) else {}
-    if head.get("status") == "ready":
-        trace = head.get("isolation") if isinstance(head.get("isolation"), dict) else {}
-    trace = {str(k): v for k, v in trace.items()}
-    events = head.get("events") if isinstance(head.get("events"), list) else []
+    # a ready frame reports the isolation layers where a case reply reports its trace
+    raw = head.get("isolation" if head.get("status") == "ready" else "trace")
+    trace = {str(k): v for k, v in raw.items()} if isinstance(raw, dict) else {}
+    raw_events = head.get("events")
+    events = raw_events if isinstance(raw_events, list) else []
     return RankReport(
         rank=r,
         status=str(head.get("status", "no_reply"))[:40],
