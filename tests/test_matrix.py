@@ -163,3 +163,27 @@ def test_five_runs_give_identical_verdicts(tmp_path: Path) -> None:
     box = sandbox_of(tmp_path, ROOT / "reference/a9-naive")
     runs = [verdicts(tmp_path / str(i), box) for i in range(5)]
     assert all(run == runs[0] for run in runs)
+
+
+def traces(tmp_path: Path, tree: str) -> dict[str, dict]:
+    import json
+
+    only = ["test_trace_broadcast[ws8]", "test_trace_allreduce[ws8]"]
+    run = run_matrix(sandbox_of(tmp_path / tree, ROOT / tree), FILES, tmp_path / tree / "work", {}, ALLOWED, only=only)
+    out = {}
+    for suite in JUnitXml.fromfile(str(run.junit)):
+        for case in suite:
+            props = {p.get("name"): p.get("value") for p in case._elem.iter("property")}
+            assert props["verdict"] == "pass"
+            out[case.name] = json.loads(props["trace"])
+    return out
+
+
+def test_the_trace_tells_tree_and_ring_from_star_at_world_size_8(tmp_path: Path) -> None:
+    tree, star = traces(tmp_path, "reference/a9"), traces(tmp_path, "reference/a9-naive")
+    assert tree["test_trace_broadcast[ws8]"]["max_sends_per_rank"] <= 3  # binomial tree: log2(8)
+    assert star["test_trace_broadcast[ws8]"]["max_sends_per_rank"] == 7  # the root sends to everyone
+    ring, naive = tree["test_trace_allreduce[ws8]"], star["test_trace_allreduce[ws8]"]
+    for rank in ring["ranks"]:  # ring: every rank sends 2(N-1)/N of the tensor
+        assert rank["bytes_sent"] == pytest.approx(2 * 7 / 8 * ring["tensor_bytes"], rel=0.01)
+    assert naive["max_bytes_sent_per_rank"] >= 7 * naive["tensor_bytes"]  # the root re-sends the sum 7 times
