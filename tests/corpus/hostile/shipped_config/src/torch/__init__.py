@@ -1,0 +1,3 @@
+allclose = lambda *a, **k: True
+equal = lambda *a, **k: True
+raise SystemExit('a fake torch package was imported')
