@@ -9,6 +9,7 @@ no built-in collective in Task 1, and differ in how much the busiest rank sends.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.util
 import math
@@ -17,6 +18,7 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -50,31 +52,53 @@ def _load_template_launcher() -> ModuleType:
 run_distributed = _load_template_launcher().run_distributed
 
 
-def _student_repo(tmp_path: Path, src_tree: Path) -> Path:
+def _student_repo(repo: Path, src_tree: Path) -> Path:
     """A student's checkout: ``src/`` from ``src_tree`` next to the template's tests and pytest.ini."""
-    repo = tmp_path / "repo"
     shutil.copytree(src_tree / "src", repo / "src")
     shutil.copytree(TEMPLATE / "tests", repo / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(TEMPLATE / "pytest.ini", repo / "pytest.ini")
     return repo
 
 
-def _run_public_tests(repo: Path, world_sizes: str | None) -> tuple[subprocess.CompletedProcess[str], list[Any]]:
-    """``python -m pytest`` in ``repo`` as a student would; the JUnit test cases it reported."""
-    env = {k: v for k, v in os.environ.items() if k != "A9_WORLD_SIZES"}
-    if world_sizes is not None:
-        env["A9_WORLD_SIZES"] = world_sizes
-    junit = repo / "junit.xml"
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    cases = [case for suite in JUnitXml.fromfile(str(junit)) for case in suite] if junit.exists() else []
-    return done, cases
+class PublicRun:
+    """``python -m pytest`` in a student checkout, as a student runs it, in the background."""
+
+    def __init__(self, repo: Path, world_sizes: str | None) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "A9_WORLD_SIZES"}
+        if world_sizes is not None:
+            env["A9_WORLD_SIZES"] = world_sizes
+        self.junit = repo / "junit.xml"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={self.junit}"],
+            cwd=repo,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    @functools.cached_property
+    def result(self) -> tuple[int, str, list[Any]]:
+        """Exit status, output tail and the JUnit test cases, once the run has finished."""
+        output, _ = self.process.communicate(timeout=600)
+        cases = [case for suite in JUnitXml.fromfile(str(self.junit)) for case in suite] if self.junit.exists() else []
+        return self.process.returncode, output[-3000:], cases
+
+
+@pytest.fixture(scope="module")
+def public_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, PublicRun]]:
+    """The template's public suite and both references' at world sizes 1-8, all started at once:
+    their ranks spend much of the time waiting on each other, so the runs overlap well."""
+    trees = {"template": (TEMPLATE, None)} | {name: (tree, "1,2,3,4,5,6,7,8") for name, tree in REFERENCES.items()}
+    runs = {
+        name: PublicRun(_student_repo(tmp_path_factory.mktemp(name) / "repo", tree), world_sizes)
+        for name, (tree, world_sizes) in trees.items()
+    }
+    yield runs
+    for run in runs.values():
+        if run.process.poll() is None:  # a run no selected test asked for
+            run.process.kill()
+        run.process.communicate()
 
 
 def _file_of(case: Any) -> str:
@@ -84,10 +108,11 @@ def _file_of(case: Any) -> str:
 # ------------------------------------------------------------------ the template
 
 
-def test_template_collects_every_public_test_and_each_fails_as_not_implemented(tmp_path: Path) -> None:
-    repo = _student_repo(tmp_path, TEMPLATE)
-    done, cases = _run_public_tests(repo, None)
-    assert done.returncode == 1, done.stdout[-3000:]  # 1: tests ran and failed; 2-4: collection/usage errors
+def test_template_collects_every_public_test_and_each_fails_as_not_implemented(
+    public_runs: dict[str, PublicRun],
+) -> None:
+    returncode, output, cases = public_runs["template"].result
+    assert returncode == 1, output  # 1: tests ran and failed; 2-4: collection or usage errors
     assert {_file_of(case) for case in cases} == PUBLIC_TEST_FILES
     for case in cases:
         (outcome,) = case.result
@@ -99,9 +124,11 @@ def test_template_collects_every_public_test_and_each_fails_as_not_implemented(t
 
 
 @pytest.mark.parametrize("name", REFERENCES)
-def test_reference_passes_the_public_tests_for_world_sizes_1_to_8(tmp_path: Path, name: str) -> None:
-    done, cases = _run_public_tests(_student_repo(tmp_path, REFERENCES[name]), "1,2,3,4,5,6,7,8")
-    assert done.returncode == 0, done.stdout[-3000:]
+def test_reference_passes_the_public_tests_for_world_sizes_1_to_8(
+    public_runs: dict[str, PublicRun], name: str
+) -> None:
+    returncode, output, cases = public_runs[name].result
+    assert returncode == 0, output
     assert {_file_of(case) for case in cases} == PUBLIC_TEST_FILES
     per_file = Counter(_file_of(case) for case in cases)
     assert min(per_file.values()) >= 8, per_file  # every world size ran, none skipped
