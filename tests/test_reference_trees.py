@@ -15,6 +15,7 @@ import importlib.util
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -75,7 +76,13 @@ class PublicRun:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            start_new_session=True,  # its ranks share its process group, so stop() reaches them too
         )
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.communicate()
 
     @functools.cached_property
     def result(self) -> tuple[int, str, list[Any]]:
@@ -86,19 +93,26 @@ class PublicRun:
 
 
 @pytest.fixture(scope="module")
-def public_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, PublicRun]]:
-    """The template's public suite and both references' at world sizes 1-8, all started at once:
-    their ranks spend much of the time waiting on each other, so the runs overlap well."""
+def public_runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, PublicRun]]:
+    """The template's public suite and both references' at world sizes 1-8, started at once (their
+    ranks spend much of the time waiting on each other, so the runs overlap well); only the runs
+    that the selected tests read."""
+    wanted = set()
+    for item in request.session.items:
+        if "public_runs" in getattr(item, "fixturenames", ()):
+            callspec = getattr(item, "callspec", None)
+            wanted.add(callspec.params["name"] if callspec else "template")
     trees = {"template": (TEMPLATE, None)} | {name: (tree, "1,2,3,4,5,6,7,8") for name, tree in REFERENCES.items()}
     runs = {
         name: PublicRun(_student_repo(tmp_path_factory.mktemp(name) / "repo", tree), world_sizes)
         for name, (tree, world_sizes) in trees.items()
+        if name in wanted
     }
     yield runs
     for run in runs.values():
-        if run.process.poll() is None:  # a run no selected test asked for
-            run.process.kill()
-        run.process.communicate()
+        run.stop()
 
 
 def _file_of(case: Any) -> str:
