@@ -89,6 +89,13 @@ def test_answers_in_prose_with_other_headings_are_recognised(tmp_path, key):
     assert [q.points for q in check_written(tmp_path, WRITTEN, key).questions] == [5, 5, 5]
 
 
+def test_ranks_listed_between_every_rank_and_the_value_still_count(tmp_path, key):
+    (tmp_path / "written_answers_task1.md").write_text(
+        "## Q2\nAfter each receive: 3, 6, 10. Every rank (0, 1, 2 and 3) prints 10.0 after the broadcast.\n"
+    )
+    assert check_written(tmp_path, WRITTEN, key).questions[1].points == 5
+
+
 def test_wrong_answers_lose_the_points_they_miss_and_say_which(tmp_path, key):
     (tmp_path / "written_answers_task1.md").write_text(
         "Q1\n| rank | x | y |\n| 0 | 10.0 | 20.0 |\n| 1 | 20.0 | 20.0 |\n| 2 | 30.0 | 20.0 |\n| 3 | 40.0 | 20.0 |\n"
