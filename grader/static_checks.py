@@ -154,9 +154,14 @@ _SENSITIVE_ROOTS = (
     "gc",
     "ctypes",
 )
-_MAX_DOTS = 12  # longer dotted values are dropped: keeps self-referential bindings finite
+#: The only roots a dotted value can have and still matter to a rule; others are not followed, so
+#: ``x = x.attr`` on an ordinary object cannot grow a value set attribute by attribute.
+_TRACKED_ROOTS = frozenset({"torch", "builtins", "importlib", "sys", "gc", "inspect", "ctypes"})
+_MAX_DOTS = 8  # longer dotted values are dropped: keeps self-referential bindings finite
+_MAX_VALUES = 2000  # a binding that may denote more things than this is not analysed, but reported
 _MAX_ROUNDS = 40
 
+_RETURN = "<return>"  # the pseudo-name a function's return values are bound to in its own scope
 _FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
 _Key = tuple[str, str]  # (rule, api)
 
@@ -213,6 +218,13 @@ def _classify(value: str) -> _Key | None:
     if value in _TAMPER_APIS or value.startswith("ctypes."):
         return GUARD_TAMPERING, value
     return None
+
+
+def _tracked(value: str) -> bool:
+    if value.startswith("<"):  # a marker (process group, own function...): never grows
+        return True
+    root, depth = value.split(".")[0], value.count(".")
+    return root in _TRACKED_ROOTS and depth <= (2 if root == "builtins" else _MAX_DOTS)
 
 
 def _is_forbidden_module(value: str) -> bool:
@@ -301,6 +313,7 @@ class _Collector(ast.NodeVisitor):
         self.exempt: set[int] = set()  # ids of alias right-hand sides: a definition is not a use
         self.subscripted: dict[int, ast.Subscript] = {}  # globals()/locals() call id -> its subscript
         self.def_stack: list[_Def] = []
+        self.lambdas: dict[int, int] = {}  # id of a Lambda node -> its index in defs
         self.visit(tree)
 
     # -- scopes and bindings
@@ -399,7 +412,9 @@ class _Collector(ast.NodeVisitor):
         keywords = {a.arg for a in (*args.args, *args.kwonlyargs)}
         definition = _Def(node, outer, unit, positional, keywords, is_method)
         self.defs.append(definition)
-        if not isinstance(node, ast.Lambda):
+        if isinstance(node, ast.Lambda):
+            self.lambdas[id(node)] = index
+        else:
             self._bind_const(node.name, f"<def>{index}")
             if owner is not None and outer is owner.scope:
                 owner.methods[node.name] = index
@@ -605,13 +620,16 @@ def _is_chain(node: ast.expr) -> bool:
 # ----------------------------------------------------------------------------- resolution
 
 
+class _TooComplex(Exception):
+    """The file defeats the analysis (deliberately or not); reported instead of guessed at."""
+
+
 class _Resolver:
     """Solves the binding equations by fixed point, then answers 'what may this expression be'."""
 
     def __init__(self, collected: _Collector) -> None:
         self.c = collected
         self.env: dict[tuple[_Scope, str], set[str]] = defaultdict(set)
-        self._returning: set[int] = set()
         for scope, name, values in collected.const:
             self.env[self._target(scope, name), name].update(values)
         for _ in range(_MAX_ROUNDS):
@@ -627,6 +645,9 @@ class _Resolver:
             for owner in self.resolve(obj, expr_scope):
                 if owner.startswith("<self>"):
                     changed |= self._add(self.c.classes[int(owner[6:])].scope, "." + attr, values)
+        for definition in self.c.defs:  # what a call returns is one more equation, not a recursion
+            for ret in definition.returns:
+                changed |= self._add(definition.scope, _RETURN, self.resolve(ret, definition.scope))
         for call, scope in self.c.calls:
             changed |= self._bind_arguments(call, scope)
         return changed
@@ -635,6 +656,8 @@ class _Resolver:
         current = self.env[scope, name]
         before = len(current)
         current.update(values)
+        if len(current) > _MAX_VALUES:
+            raise _TooComplex(f"{name!r} may denote more than {_MAX_VALUES} different things")
         return len(current) != before
 
     def _target(self, scope: _Scope, name: str) -> _Scope:
@@ -713,7 +736,7 @@ class _Resolver:
         if value.startswith("<"):
             return set()
         joined = _canonical(f"{value}.{attr}")
-        return {joined} if joined.count(".") <= _MAX_DOTS else set()
+        return {joined} if _tracked(joined) else set()
 
     def resolve(self, node: ast.AST, scope: _Scope) -> set[str]:
         if isinstance(node, ast.Name):
@@ -725,7 +748,7 @@ class _Resolver:
         if isinstance(node, ast.Subscript):  # containers keep what they hold; dotted names do not
             return {v for v in self.resolve(node.value, scope) if v.startswith("<")}
         if isinstance(node, ast.Lambda):
-            return {f"<def>{i}" for i, d in enumerate(self.c.defs) if d.node is node}
+            return {f"<def>{self.c.lambdas[id(node)]}"}
         children: list[ast.expr] = []
         if isinstance(node, ast.Tuple | ast.List | ast.Set):
             children = node.elts
@@ -744,14 +767,7 @@ class _Resolver:
         if func.startswith("<class>"):
             return {"<self>" + func[7:]}
         if func.startswith(("<def>", "<bound>")):
-            index = int(func.split(">")[1])
-            if index in self._returning:
-                return set()
-            self._returning.add(index)
-            definition = self.c.defs[index]
-            values = {v for ret in definition.returns for v in self.resolve(ret, definition.scope)}
-            self._returning.discard(index)
-            return values
+            return self.env.get((self.c.defs[int(func.split(">")[1])].scope, _RETURN), set())
         if func == "builtins.getattr" and (name := _getattr_name(call)) is not None:
             return {v for base in self.resolve(call.args[0], scope) for v in self.attribute(base, name)}
         if func == "builtins.super":
@@ -1026,6 +1042,8 @@ def _run(source: str, rel_path: str, policy: Policy) -> tuple[list[tuple[Finding
     except RecursionError:
         message = "the file is nested too deeply to be checked; simplify the deepest expression"
         return [(Finding(ANALYSIS_ERROR, message, rel_path, 1), "")], {}
+    except _TooComplex as exc:
+        return [(Finding(ANALYSIS_ERROR, f"the file is too convoluted to be checked: {exc}", rel_path, 1), "")], {}
 
 
 def analyze_source(source: str, rel_path: str, policy: Policy) -> list[Finding]:

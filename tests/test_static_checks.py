@@ -295,6 +295,12 @@ def test_unparseable_bytes_and_runaway_nesting_are_findings_not_exceptions() -> 
     assert [f.rule for f in too_deep_to_check] == ["analysis-error"]
 
 
+def test_a_file_built_to_blow_up_the_analysis_is_reported_instead_of_analysed() -> None:
+    # Each rebinding multiplies what `a` may denote; unbounded, this never finishes.
+    source = "import torch\na = torch\n" + "".join(f"a = a.{name}\n" for name in "bcdef")
+    assert found(source) == {("analysis-error", 1, None)}
+
+
 def test_analyze_submission_reads_the_named_files_and_skips_missing_ones(tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "collectives.py").write_text("import torch.distributed as dist\ndist.barrier()\n")
