@@ -22,7 +22,8 @@ Conventions (shared with the scorer and the runtime findings):
   is tried first, then ``file::method``.
 * ``Finding.line`` is 1-based and ``Finding.col`` 0-based (as ``ast`` reports them); the text
   report prints ``col + 1`` as compilers do.
-* An alias (``f = dist.all_reduce`` or an import) is not a use; every use through it is.
+* An alias (``f = dist.all_reduce`` or an import) is not a use; every use through it is, also in
+  another student file that imports it (:func:`analyze_submission` analyses the files together).
 * Collectives a function's policy allows stay allowed in helpers that only it calls, so factoring a
   permitted ``all_gather`` into a helper does not turn it into a violation.
 """
@@ -35,7 +36,7 @@ import dataclasses
 import json
 import sys
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,8 @@ _MAX_VALUES = 2000  # a binding that may denote more things than this is not ana
 _MAX_ROUNDS = 40
 
 _RETURN = "<return>"  # the pseudo-name a function's return values are bound to in its own scope
+#: Other student files' module-level names and what they may be: ``{"collectives": {"ar": {...}}}``.
+_Exports = Mapping[str, Mapping[str, set[str]]]
 _FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
 _Key = tuple[str, str]  # (rule, api)
 
@@ -627,8 +630,9 @@ class _TooComplex(Exception):
 class _Resolver:
     """Solves the binding equations by fixed point, then answers 'what may this expression be'."""
 
-    def __init__(self, collected: _Collector) -> None:
+    def __init__(self, collected: _Collector, exports: _Exports | None = None) -> None:
         self.c = collected
+        self.exports = exports or {}
         self.env: dict[tuple[_Scope, str], set[str]] = defaultdict(set)
         for scope, name, values in collected.const:
             self.env[self._target(scope, name), name].update(values)
@@ -716,11 +720,36 @@ class _Resolver:
         first = True
         while current is not None:
             if (first or current.kind != "class") and name in current.bound:
-                return self.env.get((current, name), set())
+                return self._linked(self.env.get((current, name), set()))
             current, first = current.parent, False
         return {f"builtins.{name}", *(f"{module}.{name}" for module in self.c.module.star_modules)}
 
+    def _sibling(self, value: str) -> tuple[str, list[str]] | None:
+        """``(module, names)`` when ``value`` is in another student file (``.collectives.x``, ``src.collectives``)."""
+        parts = value.lstrip(".").split(".")
+        parts = parts[1:] if parts[0] == "src" else parts
+        return (parts[0], parts[1:]) if parts and parts[0] in self.exports else None
+
+    def _linked(self, values: set[str]) -> set[str]:
+        """Replace names imported from another student file by what they are there."""
+        if not self.exports:
+            return values
+        linked = set()
+        for value in values:
+            sibling = self._sibling(value)
+            if sibling is None or not sibling[1]:
+                linked.add(value)
+            else:
+                module, (name, *attrs) = sibling
+                found = set(self.exports[module].get(name, set()))
+                for attr in attrs:
+                    found = {v for base in found for v in self.attribute(base, attr)}
+                linked |= found
+        return linked
+
     def attribute(self, value: str, attr: str) -> set[str]:
+        if self._sibling(f"{value}.{attr}") is not None:
+            return self._linked({f"{value}.{attr}"})
         if _under(value, PG):
             return {f"{PG}.{attr}"}
         if value.startswith("<super>"):
@@ -785,12 +814,12 @@ class _Resolver:
 
 
 class _Analysis:
-    def __init__(self, source: str, rel_path: str, policy: Policy, tree: ast.Module) -> None:
+    def __init__(self, source: str, rel_path: str, policy: Policy, tree: ast.Module, exports: _Exports) -> None:
         self.lines = source.splitlines()
         self.rel_path = rel_path
         self.policy = policy
         self.collected = _Collector(tree)
-        self.resolver = _Resolver(self.collected)
+        self.resolver = _Resolver(self.collected, exports)
         self.uses: list[_Use] = []
         self.edges: dict[str | None, list[tuple[str | None, ast.AST]]] = defaultdict(list)
         self._judge()
@@ -1020,7 +1049,9 @@ def _public(unit: str | None) -> str | None:
 # ----------------------------------------------------------------------------- public API
 
 
-def _run(source: str, rel_path: str, policy: Policy) -> tuple[list[tuple[Finding, str]], dict[str | None, str]]:
+def _run(
+    source: str, rel_path: str, policy: Policy, exports: _Exports | None = None
+) -> tuple[list[tuple[Finding, str]], dict[str | None, str]]:
     try:
         tree = ast.parse(source, filename=rel_path)
     except SyntaxError as exc:
@@ -1037,7 +1068,7 @@ def _run(source: str, rel_path: str, policy: Policy) -> tuple[list[tuple[Finding
     except (ValueError, RecursionError, MemoryError) as exc:  # null bytes; nesting the parser refuses
         return [(Finding(SYNTAX_ERROR, f"the file cannot be parsed: {exc}", rel_path, 1), "")], {}
     try:
-        analysis = _Analysis(source, rel_path, policy, tree)
+        analysis = _Analysis(source, rel_path, policy, tree, exports or {})
         return analysis.results(), analysis.collected.units
     except RecursionError:
         message = "the file is nested too deeply to be checked; simplify the deepest expression"
@@ -1047,26 +1078,49 @@ def _run(source: str, rel_path: str, policy: Policy) -> tuple[list[tuple[Finding
 
 
 def analyze_source(source: str, rel_path: str, policy: Policy) -> list[Finding]:
-    """Findings for one file, sorted by position.  Never raises on bad student code."""
+    """Findings for one file on its own, sorted by position.  Never raises on bad student code."""
     return [finding for finding, _ in _run(source, rel_path, policy)[0]]
 
 
 def analyze_submission(root: Path, files: Iterable[str], policy: Policy) -> list[Finding]:
-    """Findings for the named files under ``root`` (paths relative to it); missing files are skipped."""
+    """Findings for the named files under ``root`` (paths relative to it); missing files are skipped.
+
+    The files are analysed together: a name one imports from another (``from .collectives import
+    ar``) is judged by what it is there, so an alias cannot launder a collective across files.
+    """
+    return _check_files({rel: Path(root) / rel for rel in files if (Path(root) / rel).is_file()}, policy)
+
+
+def _check_files(paths: Mapping[str, Path], policy: Policy) -> list[Finding]:
+    sources: dict[str, str | Finding] = {}
+    for rel_path, path in paths.items():
+        try:
+            sources[rel_path] = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            sources[rel_path] = Finding(SYNTAX_ERROR, f"the file is not UTF-8 text: {exc.reason}", rel_path, 1)
+    exports = {Path(rel).stem: _module_exports(text) for rel, text in sources.items() if isinstance(text, str)}
     findings: list[Finding] = []
-    for rel_path in files:
-        path = Path(root) / rel_path
-        if path.is_file():
-            findings += _check_file(path, rel_path, policy)
+    for rel_path, text in sources.items():
+        if isinstance(text, Finding):
+            findings.append(text)
+            continue
+        others = {stem: names for stem, names in exports.items() if stem != Path(rel_path).stem}
+        findings += [finding for finding, _ in _run(text, rel_path, policy, others)[0]]
     return findings
 
 
-def _check_file(path: Path, rel_path: str, policy: Policy) -> list[Finding]:
+def _module_exports(source: str) -> dict[str, set[str]]:
+    """A file's module-level names and the dotted names / process groups they may be."""
     try:
-        source = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return [Finding(SYNTAX_ERROR, f"the file is not UTF-8 text: {exc.reason}", rel_path, 1)]
-    return analyze_source(source, rel_path, policy)
+        resolver = _Resolver(_Collector(ast.parse(source)))
+    except (SyntaxError, ValueError, RecursionError, MemoryError, _TooComplex):
+        return {}
+    module = resolver.c.module
+    # Markers of the file's own functions and classes mean nothing in another file; process groups do.
+    return {
+        name: {v for v in resolver.lookup(name, module) if _under(v, PG) or not v.startswith("<")}
+        for name in module.bound
+    }
 
 
 def reached_apis(source: str, rel_path: str, policy: Policy | None = None) -> dict[str, set[str]]:
@@ -1138,11 +1192,8 @@ def main(args: argparse.Namespace) -> int:
     if not files:
         raise UserError(f"no student files in {root} (looked for {', '.join(wanted)}, also without src/)")
     # Each file is judged under its rubric name (the policy's key), reported where it really is.
-    findings = [
-        dataclasses.replace(finding, file=path.relative_to(root).as_posix())
-        for rel_path, path in files.items()
-        for finding in _check_file(path, rel_path, policy)
-    ]
+    shown = {rel_path: path.relative_to(root).as_posix() for rel_path, path in files.items()}
+    findings = [dataclasses.replace(f, file=shown[f.file]) for f in _check_files(files, policy)]
     if args.json:
         payload: dict[str, Any] = {
             "submission": str(args.submission),

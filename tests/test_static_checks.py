@@ -312,6 +312,29 @@ def test_analyze_submission_reads_the_named_files_and_skips_missing_ones(tmp_pat
     ]
 
 
+@pytest.mark.parametrize(
+    ("import_line", "call"),
+    [
+        ("from .collectives import ar", "ar(x)"),
+        ("from src.collectives import ar as reduce_", "reduce_(x)"),
+        ("from . import collectives", "collectives.ar(x)"),
+        ("import src.collectives", "src.collectives.ar(x)"),
+    ],
+)
+def test_names_imported_from_another_student_file_are_judged_by_what_they_are_there(
+    tmp_path: Path, import_line: str, call: str
+) -> None:
+    # A module-level alias is not a use where it is defined, so only its use can give it away.
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "collectives.py").write_text("import torch.distributed as dist\nar = dist.all_reduce\n")
+    transformer = f"{import_line}\nclass Block:\n    def forward_ulysses(self, x):\n        {call}\n"
+    (tmp_path / "src" / "transformer.py").write_text(transformer)
+    findings = analyze_submission(tmp_path, ["src/collectives.py", "src/transformer.py"], STRICT)
+    assert [(f.file, f.rule, f.line, f.function) for f in findings] == [
+        ("src/transformer.py", "forbidden-collective", 4, "forward_ulysses")
+    ]
+
+
 # --------------------------------------------------------------------------- reached_apis
 
 
