@@ -10,8 +10,9 @@ set -euo pipefail
 # Hostile corpus entries: tests/corpus/hostile/<name>/ is the submission.  Its expected.json (item id ->
 # score) decides when present; until it exists, the total after the name is what the entry must score.
 HOSTILE=(
-    "find_reference=0"   # looks for reference solutions on disk: none are in the image
-    "kill_ancestors=0"   # signals every ancestor process: the grader must survive and still report
+    "read_reference=94"   # searches the disk for a reference collectives.py: the image holds none
+    "kill_parents=100"    # signals its ancestors: the grader must survive and still grade it
+    "forged_results=94"   # writes a 100/100 results.json wherever it can, /results included
 )
 REFERENCE=reference/a9  # its tasks must earn max_score, and some bonus on top
 COMMIT_TIME=2026-01-05T12:00:00+00:00  # the reference's commit, as results.json must report it
@@ -48,12 +49,16 @@ ensure_docker() {
     die "dockerd did not answer within 60 s"
 }
 
-grade() {  # grade NAME SUBMISSION: results land in $OUT/NAME
+problems=()
+grade() {  # grade NAME SUBMISSION: results land in $OUT/NAME, then NAME is checked; a failure is noted
     local name=$1 submission=$2
     say "grading $submission in a container"
     rm -rf "${OUT:?}/$name"
-    (cd "$ROOT" && "$PYTHON" -m grader grade "$submission" --backend docker --image "$IMAGE" --out "$OUT/$name") \
-        || die "grading $submission failed"
+    if (cd "$ROOT" && "$PYTHON" -m grader grade "$submission" --backend docker --image "$IMAGE" --out "$OUT/$name"); then
+        checks+=("$name=$3")
+    else
+        problems+=("grading $submission failed (above)")
+    fi
 }
 
 cd "$ROOT"
@@ -78,23 +83,20 @@ git -C "$repo" init -q
 git -C "$repo" add -A
 GIT_AUTHOR_DATE=$COMMIT_TIME GIT_COMMITTER_DATE=$COMMIT_TIME \
     git -C "$repo" -c user.name=ci -c user.email=ci@localhost commit -qm reference
-grade reference "$repo"
+checks=()
+grade reference "$repo" max
 rm -rf "$repo"
-checks=("reference=max")
-missing=()
 for entry in "${HOSTILE[@]}"; do
     name=${entry%%=*}
     if [[ -d tests/corpus/hostile/$name ]]; then
-        grade "$name" "tests/corpus/hostile/$name"
-        checks+=("$entry")
+        grade "$name" "tests/corpus/hostile/$name" "${entry#*=}"
     else
-        missing+=("tests/corpus/hostile/$name")
+        problems+=("tests/corpus/hostile/$name is missing")
     fi
 done
 
 say "checking scores"
-scores_ok=1
-COMMIT_TIME=$COMMIT_TIME "$PYTHON" - "$OUT" "${checks[@]}" <<'PY' || scores_ok=0
+COMMIT_TIME=$COMMIT_TIME "$PYTHON" - "$OUT" "${checks[@]}" <<'PY' || problems+=("scores or isolation not as expected (above)")
 import json
 import os
 import sys
@@ -134,6 +136,8 @@ for failure in failures:
     print("FAILED:", failure, file=sys.stderr)
 sys.exit(1 if failures else 0)
 PY
-[[ ${#missing[@]} == 0 ]] || die "hostile entries missing: ${missing[*]}"
-[[ $scores_ok == 1 ]] || die "scores or isolation not as expected (above)"
+if [[ ${#problems[@]} != 0 ]]; then
+    printf '[ci-container-stage] FAILED: %s\n' "${problems[@]}" >&2
+    exit 1
+fi
 say "container stage passed"
