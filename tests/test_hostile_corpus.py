@@ -62,8 +62,10 @@ def test_hostile_entry(name: str, tmp_path: Path) -> None:
         sentinel.kill()
         sentinel.wait()
     result = json.loads((out / "results.json").read_text())
-    scores = {item["id"]: item["score"] for task in result["tasks"] for item in task["items"]}
-    assert scores == expected["items"], f"{name}: {expected['notes']}"
+    items = [item for task in result["tasks"] for item in task["items"]]
+    failures = [f"{i['id']}: {f['id']} {f['verdict']} {f['message'][:300]}" for i in items for f in i["failures"]]
+    scores = {item["id"]: item["score"] for item in items}
+    assert scores == expected["items"], f"{name}: {expected['notes']}\nfailed cases:\n" + "\n".join(failures)
     assert result["status"] == "graded"
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     assert size < MAX_OUT_BYTES, f"{name}: the output directory holds {size} bytes"
