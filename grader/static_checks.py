@@ -53,7 +53,7 @@ DYNAMIC_DIST_ACCESS = "dynamic-dist-access"
 GUARD_TAMPERING = "guard-tampering"
 STORE_ACCESS = "store-access"
 SYNTAX_ERROR = "syntax-error"
-ANALYSIS_ERROR = "analysis-error"  # the file parses but is nested too deeply for this analysis
+ANALYSIS_ERROR = "analysis-error"  # the file parses but is too deep or too convoluted to analyse
 
 #: The rules a function's policy can lift; every other rule is a finding wherever it occurs.
 POLICY_RULES = frozenset({FORBIDDEN_COLLECTIVE, PROCESS_GROUP_METHOD})
@@ -849,7 +849,7 @@ class _Analysis:
             return [((FORBIDDEN_MODULE, m), f"import {m}") for m in _imported(node) if _is_forbidden_module(m)]
         if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
             owners = resolve(node.value, scope)
-            if any(_sensitive(v) or v == "torch" for v in owners):
+            if any(_sensitive(v) for v in owners):
                 target = f"{_describe(sorted(owners)[0])}.{node.attr}"
                 found.append(((GUARD_TAMPERING, target), f"assigning to or deleting {target}"))
         elif isinstance(node, ast.Name | ast.Attribute) and isinstance(node.ctx, ast.Load) and not exempt:
@@ -878,7 +878,7 @@ class _Analysis:
         if func == "builtins.getattr" and len(call.args) >= 2:
             name = _getattr_name(call)
             if name is None:
-                if any(_sensitive(v) or v == "torch" for v in first):
+                if any(_sensitive(v) for v in first):
                     return [((DYNAMIC_DIST_ACCESS, "getattr"), f"{shown} (a name looked up at run time)")]
                 return []
             found = [] if exempt else self._value_keys(call, resolve(call, scope))
@@ -888,7 +888,7 @@ class _Analysis:
         if func in ("builtins.setattr", "builtins.delattr") and any(_sensitive(v) for v in first):
             return [((GUARD_TAMPERING, func.removeprefix("builtins.")), shown)]
         if func == "builtins.vars" and call.args:
-            if any(_sensitive(v) or v == "torch" for v in first):
+            if any(_sensitive(v) for v in first):
                 return [((DYNAMIC_DIST_ACCESS, "vars"), shown)]
             return []
         if func in ("builtins.globals", "builtins.locals", "builtins.vars") and not self._harmless_lookup(call, scope):
@@ -904,7 +904,7 @@ class _Analysis:
             return False
         where = self.collected.module if _call_name(call) == "globals" else scope
         values = self.resolver.lookup(key, where)
-        return not any(_sensitive(v) or v == "torch" or _classify(v) for v in values)
+        return not any(_sensitive(v) or _classify(v) for v in values)
 
     def _record_edges(self, ref: _Ref) -> None:
         node = ref.node
@@ -964,55 +964,55 @@ class _Analysis:
         for unit, edges in self.edges.items():
             for callee, _ in edges:
                 callers[callee].add(unit)
-        out: list[tuple[Finding, str]] = []
+        pairs: list[tuple[Finding, str]] = []
         for key in sorted({use.key for use in self.uses}):
             allowed = self._permitted_units(key, callers)
-            direct = [u for u in self.uses if u.key == key and u.unit not in allowed]
-            for use in direct:
-                out.append(
-                    (
-                        self._finding(key, use.node, use.unit, f"{use.message} is not allowed ({REASONS[key[0]]})"),
-                        key[1],
-                    )
-                )
-            # Walk back from the direct uses: next_hop[u] is the callee through which u reaches key.
-            next_hop: dict[str | None, str | None] = {}
-            first_use: dict[str | None, _Use] = {}
-            queue: deque[str | None] = deque()
-            for use in direct:
-                if use.unit not in first_use:
-                    first_use[use.unit] = use
-                    queue.append(use.unit)
-            while queue:
-                reached = queue.popleft()
-                for caller in sorted(callers[reached], key=str):
-                    if caller not in allowed and caller not in first_use and caller not in next_hop:
-                        next_hop[caller] = reached
-                        queue.append(caller)
-            for unit, edges in self.edges.items():
-                if unit in allowed:
+            direct = [use for use in self.uses if use.key == key and use.unit not in allowed]
+            found = [self._finding(key, u.node, u.unit, f"{u.message} is not allowed") for u in direct]
+            found += self._taint(key, direct, allowed, callers)
+            pairs += [(finding, key[1]) for finding in found]
+        pairs.sort(key=lambda pair: (pair[0].line, pair[0].col, pair[0].rule, pair[0].message))
+        return pairs
+
+    def _taint(
+        self, key: _Key, direct: list[_Use], allowed: set[str | None], callers: dict[str | None, set[str | None]]
+    ) -> list[Finding]:
+        """A finding at the first call from each unit to each callee that leads to a direct use."""
+        # Walk back from the direct uses: next_hop[u] is the callee through which u reaches one.
+        first_use: dict[str | None, _Use] = {}
+        for use in direct:
+            first_use.setdefault(use.unit, use)
+        next_hop: dict[str | None, str | None] = {}
+        queue = deque(first_use)
+        while queue:
+            reached = queue.popleft()
+            for caller in sorted(callers[reached], key=str):
+                if caller not in allowed and caller not in first_use and caller not in next_hop:
+                    next_hop[caller] = reached
+                    queue.append(caller)
+        found = []
+        for unit, edges in self.edges.items():
+            if unit in allowed:
+                continue
+            seen: set[str | None] = set()
+            for callee, node in edges:
+                if callee in seen or (callee not in first_use and callee not in next_hop):
                     continue
-                seen: set[str | None] = set()
-                for callee, node in edges:
-                    if callee in seen or (callee not in first_use and callee not in next_hop):
-                        continue
-                    seen.add(callee)
-                    chain = [unit, callee]
-                    while chain[-1] not in first_use:
-                        chain.append(next_hop[chain[-1]])
-                    final = first_use[chain[-1]]
-                    path = " -> ".join("<module>" if u is None else u for u in chain)  # qualified: unambiguous
-                    message = f"this call leads to a forbidden API: {path} -> {final.message} ({REASONS[key[0]]})"
-                    out.append((self._finding(key, node, unit, message), key[1]))
-        out.sort(key=lambda pair: (pair[0].line, pair[0].col, pair[0].rule, pair[0].message))
-        return out
+                seen.add(callee)
+                chain = [unit, callee]
+                while chain[-1] not in first_use:
+                    chain.append(next_hop[chain[-1]])
+                path = " -> ".join("<module>" if u is None else u for u in chain)  # qualified: unambiguous
+                message = f"this call leads to a forbidden API: {path} -> {first_use[chain[-1]].message}"
+                found.append(self._finding(key, node, unit, message))
+        return found
 
     def _finding(self, key: _Key, node: ast.AST, unit: str | None, message: str) -> Finding:
         line = getattr(node, "lineno", 1)
         source = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
         return Finding(
             rule=key[0],
-            message=message,
+            message=f"{message} ({REASONS[key[0]]})",
             file=self.rel_path,
             line=line,
             col=getattr(node, "col_offset", 0),
