@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
+from grader.backends.docker import CAPABILITIES
+
 ROOT = Path(__file__).resolve().parents[1]
 CI = ROOT / ".github" / "workflows" / "ci.yml"
 TEMPLATE = ROOT / "student_template"
@@ -199,6 +201,9 @@ def test_classroom_steps_hand_the_reporter_the_grader_output(tmp_path):
     assert args[-4:] == ["grade", "/submission", "--out", "/results"]
     assert f"{tmp_path}:/submission:ro" in args  # the student's checkout, read-only
     assert {"--network", "none"} <= set(args) and "ALL" in args
+    # The same confinement as `grader grade --backend docker`: the two must not drift apart.
+    added = {args[i + 1] for i, a in enumerate(args) if a == "--cap-add"}
+    assert added == set(CAPABILITIES)
 
 
 def test_classroom_summary_step_tolerates_a_failed_grade(tmp_path):
