@@ -1,0 +1,58 @@
+"""The runtime half of the policy: the evasion corpus run for real in rank processes.
+
+Every evasion in ``tests/corpus/policy/evasions`` is a ``collectives.py`` whose header names the
+function that cheats (``# expect: <rule>@<line> in my_allreduce``).  Run through the matrix, the
+cheating function must not pass: the guard names the call (``forbidden``), or, for the one that
+tries to dig the original out of the guard, the attempt itself fails; static analysis reports
+every one of them with a line number (``tests/test_static_checks.py``).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from junitparser import JUnitXml
+
+from grader import static_checks
+from grader.policy import STRICT
+from grader.runner import run_matrix
+
+EVASIONS = sorted((Path(__file__).parent / "corpus" / "policy" / "evasions").glob("*.py"))
+CASE_OF = {
+    "my_broadcast": "test_broadcast[ws2-src0-float32-4x5]",
+    "my_allreduce": "test_allreduce[ws2-float32-4x5]",
+    "my_allgather": "test_allgather[ws2-float32-4x5]",
+    "my_reduce_scatter": "test_reduce_scatter[ws2-float32-8x5]",
+    "my_all_to_all": "test_all_to_all[ws2-s2g1-float32]",
+}
+#: Evasions that fail at run time without reaching the guard's stub (they try to unwrap it), so
+#: their verdict is the crash of the failed attempt; the static check reports them.
+NOT_A_CALL = {"gc_referents"}
+pytestmark = pytest.mark.slow
+
+
+def target(path: Path) -> str | None:
+    match = re.search(r"^# expect: \S+ in (my_\w+)", path.read_text(), re.M)
+    return match.group(1) if match and match.group(1) in CASE_OF else None
+
+
+@pytest.mark.parametrize("path", [p for p in EVASIONS if target(p)], ids=lambda p: p.stem)
+def test_an_evasion_never_passes_at_run_time(tmp_path: Path, path: Path) -> None:
+    box = tmp_path / "sandbox"
+    (box / "src").mkdir(parents=True)
+    (box / "src" / "__init__.py").write_text("")
+    shutil.copy(path, box / "src" / "collectives.py")
+    function = target(path)
+    assert function is not None
+    run = run_matrix(box, ["src/collectives.py"], tmp_path / "work", {}, {"1": [], "2": []}, only=[CASE_OF[function]])
+    (case,) = [c for suite in JUnitXml.fromfile(str(run.junit)) for c in suite]
+    props = {p.get("name"): p.get("value") for p in case._elem.iter("property")}
+    if path.stem not in NOT_A_CALL:
+        assert props["verdict"] == "forbidden", props["message"]
+        return
+    assert props["verdict"] != "pass"
+    findings = static_checks.analyze_submission(box, ["src/collectives.py"], STRICT)
+    assert any(f.function == function for f in findings), findings
