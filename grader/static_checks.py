@@ -1046,7 +1046,7 @@ def _public(unit: str | None) -> str | None:
     return None if unit is None else unit.rpartition(".")[2]
 
 
-# ----------------------------------------------------------------------------- public API
+# ----------------------------------------------------------------------------- entry points
 
 
 def _run(
@@ -1131,8 +1131,8 @@ def reached_apis(source: str, rel_path: str, policy: Policy | None = None) -> di
     names are collective names (``"all_reduce"``), process-group method names (``"allreduce"``), or,
     for the rules no policy can lift, the dotted name reached
     (``"torch.distributed._functional_collectives.all_reduce"``, ``"getattr"``, ``"__closure__"``,
-    ``"_get_default_store"``...).  ``policy`` (default :data:`DEFAULT_POLICY`)
-    decides which collectives count as forbidden for which function.
+    ``"_get_default_store"``...).  ``policy`` (default :data:`DEFAULT_POLICY`) decides which
+    collectives count as forbidden for which function.
     """
     pairs, units = _run(source, rel_path, DEFAULT_POLICY if policy is None else policy)
     reached: dict[str, set[str]] = {
@@ -1197,14 +1197,14 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         payload: dict[str, Any] = {
             "submission": str(args.submission),
-            "files": sorted(p.relative_to(root).as_posix() for p in files.values()),
+            "files": sorted(shown.values()),
             "findings": [dataclasses.asdict(f) for f in findings],
         }
         print(json.dumps(payload, indent=2))
         return 0
     for finding in findings:
         print(format_finding(finding))
-    checked = ", ".join(sorted(p.relative_to(root).as_posix() for p in files.values()))
+    checked = ", ".join(sorted(shown.values()))
     count = f"{len(findings)} finding{'s' if len(findings) != 1 else ''}" if findings else "no findings"
     print(f"{count} in {checked}")
     return 0
