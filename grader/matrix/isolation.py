@@ -301,8 +301,8 @@ def _readable_by(path: Path, account: pwd.struct_passwd) -> bool:
 def _drop_uid(cfg: IsolationConfig, account: pwd.struct_passwd) -> str:
     """glibc applies set*id to every thread of the process, Gloo's included."""
     try:
+        os.chmod(cfg.scratch, 0o700)  # before the chown: root without CAP_FOWNER cannot chmod it after
         os.chown(cfg.scratch, account.pw_uid, account.pw_gid)
-        os.chmod(cfg.scratch, 0o700)
         os.setgroups([])
         os.setgid(account.pw_gid)
         os.setuid(account.pw_uid)

@@ -95,6 +95,7 @@ class RankGroup:
         self.isolation = isolation  # callable (rank, scratch) -> IsolationConfig, or None
         self.layers: dict[str, str] = {}
         self._dir = Path(tempfile.mkdtemp(prefix=f"grader-ws{world_size}-"))
+        os.chmod(self._dir, 0o711)  # a rank dropped to the student uid must reach its own scratch dir
         self._status = StatusBoard(world_size)
         self._ranks: list[_Rank] = []
         self.alive = False
