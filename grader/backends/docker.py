@@ -9,8 +9,8 @@ the in-container grader must itself be able to drop every rank process (the only
 code) to the unprivileged ``student`` uid (``GRADER_STUDENT_USER``), hand that uid the rank's scratch directory,
 and signal those processes when a case hangs.  Those four capabilities allow exactly that.  Without
 CAP_DAC_OVERRIDE/CAP_FOWNER this root is bound by ordinary file permissions, and ``no-new-privileges`` keeps
-the student processes from regaining anything through setuid binaries.  /results is owned by root with mode 0700 (group-writable only through the
-invoking host user's group when that user is not root, see ``_prepare_staging``), so student code can
+the student processes from regaining anything through setuid binaries.  /results is owned by root with mode
+0700 (group-writable only through the invoking host user's group when that user is not root, see ``_prepare_staging``), so student code can
 neither forge nor read the results.  The image's default USER stays the non-root ``grader`` for a plain
 ``docker run``, where no uid separation is attempted.
 
