@@ -4,15 +4,15 @@ The container gets no network, capped memory (swap included), CPUs and pids, a r
 small tmpfs mounts for /tmp and /work, the submission read-only at /submission and a results directory at
 /results.  It is always removed, whatever happened.
 
-Why the container runs as uid 0 (``user="0"``) with ``cap_drop=ALL`` plus only SETUID, SETGID, KILL and CHOWN:
-the in-container grader must itself be able to drop every rank process (the only code that imports student
-code) to the unprivileged ``student`` uid (``GRADER_STUDENT_USER``), hand that uid the rank's scratch directory,
-and signal those processes when a case hangs.  Those four capabilities allow exactly that.  Without
-CAP_DAC_OVERRIDE/CAP_FOWNER this root is bound by ordinary file permissions, and ``no-new-privileges`` keeps
-the student processes from regaining anything through setuid binaries.  /results is owned by root with mode
-0700 (group-writable only through the invoking host user's group when that user is not root, see ``_prepare_staging``), so student code can
-neither forge nor read the results.  The image's default USER stays the non-root ``grader`` for a plain
-``docker run``, where no uid separation is attempted.
+Why the container runs as uid 0 (``user="0"``) with ``cap_drop=ALL`` plus only SETUID, SETGID, KILL and CHOWN: the
+in-container grader must itself be able to drop every rank process (the only code that imports student code) to the
+unprivileged ``student`` uid (``GRADER_STUDENT_USER``), hand that uid the rank's scratch directory, and signal
+those processes when a case hangs. Those four capabilities allow exactly that. Without CAP_DAC_OVERRIDE/CAP_FOWNER
+this root is bound by ordinary file permissions, and ``no-new-privileges`` keeps the student processes from
+regaining anything through setuid binaries. /results is owned by root with mode 0700 (group-writable only through
+the invoking host user's group when that user is not root, see ``_prepare_staging``), so student code can neither
+forge nor read the results. The image's default USER stays the non-root ``grader`` for a plain ``docker run``,
+where no uid separation is attempted.
 
 The host side never trusts what comes back: results are written to a private staging directory, and only
 regular files (no symlinks, bounded size) are copied into the caller's ``out_dir``, results.json only once it
