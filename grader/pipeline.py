@@ -18,10 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from grader.errors import GraderError, UserError
+from grader.errors import UserError
 from grader.results import GradeResult
-
-WORKFILES = ("junit.xml",)
 
 
 def grade(
@@ -145,13 +143,17 @@ def _exists(source: str) -> bool:
 
 
 def _grade_in_docker(args: argparse.Namespace) -> GradeResult:
+    """Grade in a fresh container; a container that fails, times out or is OOM-killed is an
+    error result that says so (the submission is not blamed with a zero that looks like a grade)."""
     from grader.backends.docker import grade_in_container
     from grader.rubric import load_rubric
 
     if not Path(args.submission).exists():
         raise UserError(f"{args.submission}: the docker backend grades a local directory or archive")
-    limits = load_rubric(args.rubric).limits
+    rubric = load_rubric(args.rubric)
+    limits = rubric.limits
     out = args.out or Path(tempfile.mkdtemp(prefix="grader-out-"))
+    extra = ["--submitted-at", args.submitted_at] if args.submitted_at else []
     outcome = grade_in_container(
         Path(args.submission),
         out,
@@ -161,8 +163,34 @@ def _grade_in_docker(args: argparse.Namespace) -> GradeResult:
         memory_mb=max(4096, limits.memory_mb * 3),
         cpus=float(os.cpu_count() or 2),
         pids=1024,
+        extra_args=extra,
     )
     results = out / "results.json"
-    if outcome.status != "ok" or not results.exists():
-        raise GraderError(f"container grading failed ({outcome.status}): {outcome.message}")
-    return GradeResult.load(results)
+    if outcome.status == "ok" and results.exists():
+        return GradeResult.load(results)
+    result = error_result(
+        rubric, str(args.submission), f"container grading failed ({outcome.status}): {outcome.message}"
+    )
+    if args.out is not None:
+        from grader.render.outputs import write_outputs
+
+        write_outputs(result, out, None)
+    return result
+
+
+def error_result(rubric: Any, source: str, message: str) -> GradeResult:
+    """The result of a grading the grader could not finish: status ``error``, the reason, no marks."""
+    from grader import __version__
+    from grader.results import SubmissionInfo
+
+    return GradeResult(
+        assignment=rubric.assignment.id,
+        score=0.0,
+        max_score=rubric.max_score,
+        tasks=[],
+        submission=SubmissionInfo(source=source, files={}, digest=""),
+        grader_version=__version__,
+        rubric_digest=rubric.digest,
+        status="error",
+        error=message,
+    )
