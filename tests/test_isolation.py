@@ -10,6 +10,7 @@ import os
 import pwd
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -361,6 +362,48 @@ def test_without_root_an_unprivileged_user_namespace_hides_the_host(
     assert rep["sandbox"] == "X = 1\n"
     assert rep["secret"].startswith("FileNotFoundError")
     assert rep["proc"] is False
+
+
+# --- network -------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not ROOT, reason="a network namespace others can join needs root")
+def test_a_group_in_a_loopback_namespace_reaches_its_peers_and_nothing_else(world: Path) -> None:
+    holder = isolation.loopback_namespace()
+    server = socket.create_server(("127.0.0.1", 0))  # a host service a rank must not reach
+    port = server.getsockname()[1]
+
+    def probe(cfg: IsolationConfig) -> dict[str, Any]:
+        total = torch.ones(2)
+        dist.all_reduce(total)  # Gloo joined the group inside the namespace
+
+        def connect(address: tuple[str, int]) -> None:
+            socket.create_connection(address, timeout=5).close()
+
+        return {
+            "sum": total.tolist(),
+            "interfaces": [name for _, name in socket.if_nameindex()],
+            "host_port": attempt(lambda: connect(("127.0.0.1", port))),
+            "outside": attempt(lambda: connect(("192.0.2.1", 80))),
+        }
+
+    try:
+        reports = run_ranks(world, probe, world_size=2, netns=Path(f"/proc/{holder}/ns/net"))
+    finally:
+        os.kill(holder, signal.SIGKILL)
+        os.waitpid(holder, 0)
+        server.close()
+    for rep in reports:
+        assert rep["layers"]["network"] == "on"
+        assert rep["sum"] == [2.0, 2.0]
+        assert rep["interfaces"] == ["lo"]
+        assert rep["host_port"].startswith("ConnectionRefusedError")
+        assert rep["outside"] == "OSError: [Errno 101] Network is unreachable"
+
+
+def test_without_a_namespace_the_network_layer_says_why(world: Path) -> None:
+    (rep,) = run_ranks(world, lambda cfg: {}, gloo=False)
+    assert rep["layers"]["network"] == isolation.NETWORK_OFF
 
 
 # --- prctl, /proc ------------------------------------------------------------------------------

@@ -32,20 +32,24 @@ Each layer is used when available and reported as ``"on"`` or ``"off: <reason>"`
                 uids' processes; ``pivot_root`` into it and the old root detached.  As root this is a
                 plain mount namespace; otherwise an unprivileged user namespace, where /proc is left
                 out (the host's /proc would lead back to the host root via /proc/<ppid>/root).
-``network``     ``netns`` given: the rank joins that network namespace (loopback only) before Gloo
-                starts, in :func:`prepare`.  Otherwise off: the local backend shares the host network.
+``network``     ``netns`` given (root only: see :func:`loopback_namespace`): the rank joins that network
+                namespace, where only loopback is up, before Gloo starts, in :func:`prepare`; a group's
+                ranks share it and see no other network.  Otherwise off: the host network is shared.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 import platform
 import pwd
 import resource
 import signal
 import site
+import socket
+import struct
 import sys
 import tempfile
 import time
@@ -63,6 +67,7 @@ MNT_DETACH = 0x2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(platform.machine())
 _OLD_ROOT = ".old-root"
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 _DEVICES = ("null", "zero", "random", "urandom")
 NETWORK_OFF = "off: local backend shares the host network; use --backend docker"
 
@@ -438,6 +443,40 @@ def _join_netns(path: Path) -> str:
 
 
 # --- parent side ---------------------------------------------------------------------------------
+
+
+def loopback_namespace() -> int:
+    """Parent side, root only: fork a holder of a new network namespace where only ``lo`` is up.
+
+    Returns the holder's pid: give its ``/proc/<pid>/ns/net`` as ``netns`` to every rank of one
+    group, and kill the holder once the group has started (the ranks keep the namespace alive).
+    The holder dies with this process.  Raises OSError when namespaces are not permitted.
+    """
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            _check(_libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                request = struct.pack("16sH14x", b"lo", 0)
+                flags = struct.unpack("16sH", fcntl.ioctl(sock, _SIOCGIFFLAGS, request)[:18])[1]
+                fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
+            os.write(write, b"ok")
+        except BaseException as exc:
+            os.write(write, str(exc).encode()[:500])
+            os._exit(1)
+        os.close(write)
+        while True:
+            signal.pause()
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        answer = pipe.read()
+    if answer != b"ok":
+        os.waitpid(pid, 0)
+        raise OSError(f"no network namespace: {answer.decode(errors='replace')}")
+    return pid
 
 
 def become_subreaper() -> None:
