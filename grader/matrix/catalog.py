@@ -94,9 +94,7 @@ def _task1() -> list[Case]:
         src = ws // 2
         for dtype, shape, layout in _variants(ws, divisible_dim0=False)[1:]:
             cases.append(_tensor_case("test_broadcast", "broadcast", ws, dtype, shape, layout, src=src))
-        cases.append(
-            Case("test_broadcast_inplace", f"ws{ws}-src{ws - 1}", ws, "broadcast_inplace", {"src": ws - 1})
-        )
+        cases.append(Case("test_broadcast_inplace", f"ws{ws}-src{ws - 1}", ws, "broadcast_inplace", {"src": ws - 1}))
     cases.append(_tensor_case("test_broadcast", "broadcast", 4, "float32", (LARGE,), src=1))
 
     for ws in WORLD_SIZES:
@@ -175,9 +173,7 @@ def _trace_probes() -> list[Case]:
             "broadcast",
             {"dtype": "float32", "shape": [1024], "src": 0, "layout": ""},
         ),
-        Case(
-            "test_trace_allreduce", "ws8", 8, "allreduce", {"dtype": "float32", "shape": [4096], "layout": ""}
-        ),
+        Case("test_trace_allreduce", "ws8", 8, "allreduce", {"dtype": "float32", "shape": [4096], "layout": ""}),
         Case(
             "test_trace_all_to_all",
             "ws4",

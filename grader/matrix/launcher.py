@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from grader.matrix import wire
+from grader.matrix.rank import GRADER_FAILURE
 from grader.matrix.status import StatusBoard
 
 STACK_WAIT_S = 0.5
@@ -263,7 +264,10 @@ class RankGroup:
                 if os.WIFSIGNALED(status):
                     sig = os.WTERMSIG(status)
                     return RankReport(r, "signaled", f"rank {r} was killed by {signal.Signals(sig).name}")
-                return RankReport(r, "exited", f"rank {r} exited with status {os.WEXITSTATUS(status)} during the case")
+                code = os.WEXITSTATUS(status)
+                if code == GRADER_FAILURE:
+                    return RankReport(r, "grader_error", f"rank {r}: the grader failed inside the rank process")
+                return RankReport(r, "exited", f"rank {r} exited with status {code} during the case")
             time.sleep(0.01)
         return RankReport(r, "exited", f"rank {r} closed its result pipe without replying")
 

@@ -115,9 +115,7 @@ def describe_import_error(exc: BaseException, sandbox: str) -> str:
 def student_frames(exc: BaseException, sandbox: str) -> str:
     """The traceback restricted to the student's own files: what they can act on."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(sandbox)]
-    lines = [
-        f"\n  {Path(f.filename).name}:{f.lineno} in {f.name}: {(f.line or '').strip()}" for f in frames[-6:]
-    ]
+    lines = [f"\n  {Path(f.filename).name}:{f.lineno} in {f.name}: {(f.line or '').strip()}" for f in frames[-6:]]
     return "".join(lines)
 
 
@@ -141,6 +139,10 @@ def classify(exc: BaseException, sandbox: str) -> tuple[str, str]:
     return "exception", f"{type(exc).__name__}: {text[:500]}" + student_frames(exc, sandbox)
 
 
+#: Exit status of a rank whose *grader* code failed; the runner reports it as a grader error.
+GRADER_FAILURE = 70
+
+
 def main(setup: RankSetup, pipes: RankPipes, status: StatusBoard) -> None:
     """Entry point in the forked child.  Never returns."""
     code = 0
@@ -149,7 +151,7 @@ def main(setup: RankSetup, pipes: RankPipes, status: StatusBoard) -> None:
         _serve(setup, pipes, status)
     except BaseException:  # anything here is a grader failure inside the rank: report on stderr
         traceback.print_exc()
-        code = 70
+        code = GRADER_FAILURE
     finally:
         os._exit(code)
 
@@ -203,9 +205,7 @@ def _serve(setup: RankSetup, pipes: RankPipes, status: StatusBoard) -> None:
         timeout=datetime.timedelta(seconds=120),
     )
     layers = _isolate(setup)
-    guard = guard_mod.install(
-        setup.rank, setup.sandbox, lambda state, text: status.set(setup.rank, state, text)
-    )
+    guard = guard_mod.install(setup.rank, setup.sandbox, lambda state, text: status.set(setup.rank, state, text))
     os.chdir(setup.scratch)
     sys.path.append(setup.sandbox)  # appended: the student's package never shadows site-packages
     student = Student(setup.sandbox, status, setup.rank)

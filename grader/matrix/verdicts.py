@@ -30,9 +30,11 @@ _STATUS_VERDICT = {
     "not_implemented": Verdict.NOT_IMPLEMENTED,
     "import_error": Verdict.IMPORT_ERROR,
     "bad_return": Verdict.WRONG,
+    "grader_error": Verdict.ERROR,
 }
 _CAUSE_ORDER = {"signaled": 0, "exited": 1, "wire_error": 2, "no_reply": 3, "exception": 4}
 _PRECEDENCE = [
+    Verdict.ERROR,  # the grader's own failure: nothing else about the case can be trusted
     Verdict.FORBIDDEN,
     Verdict.MEMORY,
     Verdict.CRASH,
@@ -53,9 +55,7 @@ class Decision:
 
 def decide(case: Case, prepared: Prepared, run: CaseRun) -> Decision:
     trace = summarize_trace(run, prepared.tensor_bytes, keep_events=bool(case.params.get("keep_events")))
-    failures = [
-        (rep, _STATUS_VERDICT.get(rep.status, Verdict.CRASH)) for rep in run.ranks if rep.status != "ok"
-    ]
+    failures = [(rep, _STATUS_VERDICT.get(rep.status, Verdict.CRASH)) for rep in run.ranks if rep.status != "ok"]
     if failures:
         verdict = min((v for _, v in failures), key=_PRECEDENCE.index)
         if verdict is Verdict.CRASH and _memory_kill(run):
@@ -145,10 +145,7 @@ def _innermost_student_frame(stack: str) -> str:
 
 
 def _memory_kill(run: CaseRun) -> bool:
-    return (
-        any(rep.status == "signaled" and "SIGKILL" in rep.message for rep in run.ranks)
-        and "bad_alloc" in run.output
-    )
+    return any(rep.status == "signaled" and "SIGKILL" in rep.message for rep in run.ranks) and "bad_alloc" in run.output
 
 
 def _details(run: CaseRun) -> str:
@@ -168,8 +165,7 @@ def _student_stack(stack: str) -> str:
 
 def summarize_trace(run: CaseRun, tensor_bytes: int, keep_events: bool) -> dict[str, Any]:
     ranks = [
-        {k: rep.trace.get(k, 0) for k in ("rank", "sends", "recvs", "bytes_sent", "bytes_recv")}
-        | {"rank": rep.rank}
+        {k: rep.trace.get(k, 0) for k in ("rank", "sends", "recvs", "bytes_sent", "bytes_recv")} | {"rank": rep.rank}
         for rep in run.ranks
     ]
     summary: dict[str, Any] = {

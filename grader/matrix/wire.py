@@ -8,6 +8,7 @@ unpickled, and every length is checked against a cap before memory is committed 
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import struct
@@ -51,7 +52,8 @@ def encode(header: dict[str, Any], tensors: dict[str, torch.Tensor] | None = Non
         if tensor.dtype not in DTYPE_NAMES:
             raise WireError(f"{name}: dtype {tensor.dtype} cannot be sent")
         flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-        raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+        # straight from the tensor's memory: torch does not depend on NumPy, so neither may we
+        raw = ctypes.string_at(flat.data_ptr(), flat.numel() * flat.element_size()) if flat.numel() else b""
         entries.append({"name": name, "dtype": dtype_name(tensor.dtype), "shape": list(tensor.shape)})
         chunks.append(raw)
     head = json.dumps({**header, "tensors": entries}, separators=(",", ":")).encode()
@@ -127,11 +129,7 @@ def _nbytes(entry: Any) -> int:
     if not isinstance(entry, dict) or entry.get("dtype") not in DTYPES:
         raise WireError(f"bad tensor entry {entry!r:.200}")
     shape = entry.get("shape")
-    if (
-        not isinstance(shape, list)
-        or len(shape) > 16
-        or not all(isinstance(d, int) and d >= 0 for d in shape)
-    ):
+    if not isinstance(shape, list) or len(shape) > 16 or not all(isinstance(d, int) and d >= 0 for d in shape):
         raise WireError(f"bad tensor shape {shape!r:.200}")
     itemsize = torch.empty(0, dtype=DTYPES[entry["dtype"]]).element_size()
     return math.prod(shape) * itemsize
