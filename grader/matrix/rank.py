@@ -158,8 +158,11 @@ def main(setup: RankSetup, pipes: RankPipes, status: StatusBoard) -> None:
 
 def _prepare_process(setup: RankSetup, pipes: RankPipes) -> None:
     os.setsid()  # own session: the terminal's Ctrl-C goes to the grader, which tears ranks down
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+    for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
+    # SIGPIPE stays ignored (Python's default): a peer that died must surface as an exception here,
+    # not kill this rank and blur which rank was the cause
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(pipes.output, 1)
