@@ -20,7 +20,10 @@ die() { printf '[install-actionlint] ERROR: %s\n' "$*" >&2; exit 1; }
 if ! command -v shellcheck >/dev/null; then
     if [[ $(id -u) == 0 ]]; then
         say "installing shellcheck (Debian package)"
-        apt-get install -y --no-install-recommends shellcheck >/dev/null || die "apt-get install shellcheck failed"
+        # a fresh machine has no package lists yet: update once, then install
+        apt-get install -y --no-install-recommends shellcheck >/dev/null 2>&1 \
+            || { apt-get update -qq && apt-get install -y --no-install-recommends shellcheck >/dev/null; } \
+            || die "apt-get install shellcheck failed"
     elif command -v sudo >/dev/null; then
         sudo apt-get install -y --no-install-recommends shellcheck >/dev/null || die "sudo apt-get install shellcheck failed"
     else
