@@ -4,6 +4,9 @@ Each entry in ``tests/corpus/hostile/<name>/`` is a student repo whose ``expecte
 exact item scores under the default rubric, a wall-clock bound and why.  Beyond the scores, a
 hostile submission must not disturb anything else: the grader exits 0, its output stays small,
 no process the entry started survives, and a process of ours started before the run is still alive.
+
+``max_seconds`` is about ten times an entry's time on an idle 2-core machine and always below the
+rubric's ``total_timeout_s`` (600): a grading that only ends by running into its overall timeout fails.
 """
 
 from __future__ import annotations
