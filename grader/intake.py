@@ -117,9 +117,7 @@ def materialize(
 # --- where the submission comes from -------------------------------------------------------------
 
 
-def _unpack(
-    source: str, tmp: Path, budget: _Budget, wanted: list[str]
-) -> tuple[Path, str | None, str | None]:
+def _unpack(source: str, tmp: Path, budget: _Budget, wanted: list[str]) -> tuple[Path, str | None, str | None]:
     """Return (directory to search, commit sha, commit time) for any accepted form of ``source``."""
     path = Path(source)
     if source.startswith(_GIT_URL_PREFIXES) or (path.is_dir() and _is_bare_repo(path)):

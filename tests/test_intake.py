@@ -266,9 +266,7 @@ def git(cwd: Path, *args: str) -> str:
     when = "2025-03-01T12:00:00+00:00"
     env = {**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
     ident = ["-c", "user.name=Student", "-c", "user.email=s@example.com"]
-    done = subprocess.run(
-        ["git", *ident, *args], cwd=cwd, env=env, check=True, capture_output=True, text=True
-    )
+    done = subprocess.run(["git", *ident, *args], cwd=cwd, env=env, check=True, capture_output=True, text=True)
     return done.stdout
 
 

@@ -32,6 +32,8 @@ Each layer is used when available and reported as ``"on"`` or ``"off: <reason>"`
                 uids' processes; ``pivot_root`` into it and the old root detached.  As root this is a
                 plain mount namespace; otherwise an unprivileged user namespace, where /proc is left
                 out (the host's /proc would lead back to the host root via /proc/<ppid>/root).
+``fds``         reported only: "off" names every inherited descriptor (not in ``keep_fds``) of a file or
+                directory, since one reaches past any new root through ``openat`` or /proc/self/fd.
 ``network``     ``netns`` given (root only: see :func:`loopback_namespace`): the rank joins that network
                 namespace, where only loopback is up, before Gloo starts, in :func:`prepare`; a group's
                 ranks share it and see no other network.  Otherwise off: the host network is shared.
