@@ -187,3 +187,17 @@ def test_the_trace_tells_tree_and_ring_from_star_at_world_size_8(tmp_path: Path)
     for rank in ring["ranks"]:  # ring: every rank sends 2(N-1)/N of the tensor
         assert rank["bytes_sent"] == pytest.approx(2 * 7 / 8 * ring["tensor_bytes"], rel=0.01)
     assert naive["max_bytes_sent_per_rank"] >= 7 * naive["tensor_bytes"]  # the root re-sends the sum 7 times
+
+
+def test_an_import_that_never_finishes_costs_one_timeout_and_task2_still_runs(tmp_path: Path) -> None:
+    loops = ("def my_broadcast(", "while True:\n    pass\n\n\ndef my_broadcast(")
+    only = [
+        "test_broadcast[ws2-src0-float32-4x5]",
+        "test_allreduce[ws2-float32-4x5]",
+        "test_ulysses_trusted_a2a[ws2-d32h4s8b1]",
+    ]
+    results = verdicts(tmp_path, sandbox_of(tmp_path, ROOT / "reference/a9", {"src/collectives.py": loops}), only)
+    assert results[only[0]][0] == "hang"
+    assert "never finished importing src.collectives at collectives.py:" in results[only[0]][1]
+    assert results[only[1]] == ("hang", "the import never finished: " + results[only[0]][1])  # not rerun
+    assert results[only[2]][0] == "pass"  # transformer.py graded with a placeholder collectives module

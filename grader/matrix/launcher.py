@@ -188,8 +188,7 @@ class RankGroup:
         readers = [wire.FrameReader(self.limits.max_result_mb << 20) for _ in range(n)]
         reports: list[RankReport | None] = [None] * n
         output = _CappedOutput(self.limits.output_kb << 10)
-        last_change = time.monotonic()
-        last_slots = [self._status.get(r) for r in range(n)]
+        window: _Window | None = None  # since when every unfinished rank has been blocked
         hang = ""
         failed_at: float | None = None
         while any(rep is None for rep in reports):
@@ -226,17 +225,20 @@ class RankGroup:
             if failed_at is not None and now - failed_at > FAILURE_GRACE_S:
                 break  # one rank failed; the others had a moment to report their own failure
             slots = [self._status.get(r) for r in range(n)]
-            if slots != last_slots:
-                last_slots, last_change = slots, now
             waiting = [r for r in range(n) if reports[r] is None]
-            if (
-                expect == "case"
-                and waiting
-                and all(slots[r][0] == StatusBoard.BLOCKED for r in waiting)
-                and now - last_change > self.limits.deadlock_after_s
-            ):
-                hang = "deadlock"
-                break
+            if expect == "case" and waiting and all(slots[r][0] == StatusBoard.BLOCKED for r in waiting):
+                # Blocked by their own account.  Still not a deadlock while they use real CPU time, or
+                # while a thread mostly waits for a CPU (a starved Gloo thread with data in its socket).
+                activity = [_activity(self._ranks[r].pid) for r in waiting]
+                if window is None or window.slots != slots:
+                    window = _Window(slots, now, sum(t for t, _ in activity))
+                window.samples += 1
+                window.runnable += any(runnable for _, runnable in activity)
+                if window.deadlocked(now, sum(t for t, _ in activity), self.limits.deadlock_after_s):
+                    hang = "deadlock"
+                    break
+            else:
+                window = None
             if now - t0 > timeout_s:
                 hang = "timeout"
                 break
@@ -372,6 +374,40 @@ def _drain(fd: int) -> bytes:
         chunks.append(chunk)
         total += len(chunk)
     return b"".join(chunks)
+
+
+@dataclass
+class _Window:
+    """A stretch of time in which every unfinished rank reports itself blocked, unchanged."""
+
+    slots: list[tuple[int, int, str]]
+    start: float
+    ticks: int  # CPU ticks of the blocked ranks at the start
+    samples: int = 0
+    runnable: int = 0  # samples in which some thread was waiting for a CPU
+
+    def deadlocked(self, now: float, ticks: int, after_s: float) -> bool:
+        elapsed = now - self.start
+        cpu_s = (ticks - self.ticks) / _CLK_TCK
+        return elapsed > after_s and cpu_s < 0.1 * elapsed and self.runnable * 2 < self.samples
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _activity(pid: int) -> tuple[int, bool]:
+    """(CPU ticks used, some thread runnable) of a process, from /proc; (-1, False) once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks = int(fields[11]) + int(fields[12])  # utime + stime, every thread included
+        runnable = False
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                runnable |= f.read().rsplit(")", 1)[1].split()[0] == "R"
+        return ticks, runnable
+    except (OSError, IndexError, ValueError):
+        return -1, False
 
 
 def _kill(pid: int) -> None:

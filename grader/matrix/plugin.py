@@ -109,6 +109,7 @@ class MatrixSession:
             "params": case.params,
             "allowed": self.config.allowed.get(str(case.task), []),
             "keep_events": bool(case.params.get("keep_events")),
+            "broken": {module: message for module, (_, message) in self.import_failures.items()},
         }
         return group.run_case(header, prepared.inputs, self.limits.case_timeout_s)
 
