@@ -227,9 +227,17 @@ def _tasks_of_uid(uid: int) -> int:
     return count
 
 
+#: Tasks the grader's own rank processes may add under the student uid after a rank has set its
+#: limit: every world size's group alive at once (23 ranks) with their threads, and a second grading.
+GRADER_TASKS_RESERVE = 512
+
+
 def _set_nproc(cfg: IsolationConfig, account: pwd.struct_passwd | str) -> str:
     if isinstance(account, pwd.struct_passwd):  # this rank's own threads join that uid's count
-        limit = _tasks_of_uid(account.pw_uid) + _threads() + cfg.nproc
+        # RLIMIT_NPROC is checked against the uid's *total* when any of its tasks clones, including
+        # the Gloo threads of ranks of groups started later: leave room for those, or an honest
+        # rank's thread creation fails (seen as aborts and stalls) once enough groups are alive.
+        limit = _tasks_of_uid(account.pw_uid) + _threads() + GRADER_TASKS_RESERVE + cfg.nproc
     elif _state.root:
         return "off: root ignores RLIMIT_NPROC and no separate uid is in use"
     else:
