@@ -15,6 +15,16 @@ import torch
 import torch.distributed as dist
 
 Tensors = dict[str, torch.Tensor]
+#: The attributes the handout names for ``init_tensor_parallel_shards`` (see reference_model.shards).
+SHARD_NAMES = (
+    "q_proj_shard",
+    "k_proj_shard",
+    "v_proj_shard",
+    "o_proj_shard",
+    "fc1_shard",
+    "fc1_bias_shard",
+    "fc2_shard",
+)
 
 
 class BadReturn(Exception):
@@ -94,15 +104,7 @@ def _tensor_parallel_shards(student: Student, params: dict[str, Any], t: Tensors
     block = _block(student, params, t)
     block.init_tensor_parallel_shards()
     out = {}
-    for name in (
-        "q_proj_shard",
-        "k_proj_shard",
-        "v_proj_shard",
-        "o_proj_shard",
-        "fc1_shard",
-        "fc1_bias_shard",
-        "fc2_shard",
-    ):
+    for name in SHARD_NAMES:
         value = getattr(block, name, None)
         if isinstance(value, torch.nn.Linear):  # a sharded Linear is a fair reading of "shard"
             value = value.weight

@@ -20,16 +20,6 @@ from grader.matrix import reference_model
 from grader.matrix.catalog import Case
 from grader.matrix.wire import DTYPES
 
-SHARD_NAMES = (
-    "q_proj_shard",
-    "k_proj_shard",
-    "v_proj_shard",
-    "o_proj_shard",
-    "fc1_shard",
-    "fc1_bias_shard",
-    "fc2_shard",
-)
-
 
 @dataclass
 class Prepared:
