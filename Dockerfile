@@ -49,8 +49,8 @@ RUN set -eu; \
 FROM torch AS grader
 COPY pyproject.toml README.m[d] /opt/src/
 COPY grader /opt/src/grader
-# The rubrics live beside the package in a checkout; inside the package they become its packaged defaults.
-COPY rubrics /opt/src/grader/rubrics
+# The rubrics live beside the package; pyproject.toml ships them inside it as grader.rubrics.
+COPY rubrics /opt/src/rubrics
 RUN . /opt/build-extra/pip-env.sh && /opt/grader-venv/bin/pip install --prefix /opt/overlay /opt/src
 
 FROM ${BASE_IMAGE}

@@ -140,6 +140,8 @@ def prepare(cfg: IsolationConfig) -> None:
     _state = _State()
     if cfg.netns is not None:
         _state.network = _join_netns(cfg.netns)
+    elif _only_loopback():
+        _state.network = "on: no interface but lo exists here (e.g. a container without network)"
     _state.filesystem = _new_mount_namespace()
     if _state.filesystem == "on":
         try:
@@ -436,6 +438,13 @@ def _pivot(cfg: IsolationConfig) -> str:
 
 
 # --- network -------------------------------------------------------------------------------------
+
+
+def _only_loopback() -> bool:
+    try:
+        return os.listdir("/sys/class/net") == ["lo"]
+    except OSError:
+        return False
 
 
 def _join_netns(path: Path) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,12 +97,17 @@ class MatrixSession:
 
         group = self.groups.get(case.world_size)
         if group is None or not group.alive:
-            group = RankGroup(case.world_size, self.sandbox, self.limits, self._isolation_factory())
+            holder = self._loopback_holder()
+            group = RankGroup(case.world_size, self.sandbox, self.limits, self._isolation_factory(holder))
             try:
                 group.start()
             except GroupStartError as exc:
                 run: CaseRun = exc.run
                 return run
+            finally:
+                if holder is not None:  # the ranks keep the namespace alive on their own
+                    os.kill(holder, signal.SIGKILL)
+                    os.waitpid(holder, 0)
             self.groups[case.world_size] = group
             self.layers.update(group.layers)
         header = {
@@ -113,14 +119,26 @@ class MatrixSession:
         }
         return group.run_case(header, prepared.inputs, self.limits.case_timeout_s)
 
-    def _isolation_factory(self) -> Any:
+    def _loopback_holder(self) -> int | None:
+        """A process holding a fresh network namespace with only ``lo`` up, for one group's ranks
+        (root only: elsewhere the network layer reports itself off)."""
+        if not self.config.isolation or os.geteuid() != 0:
+            return None
+        from grader.matrix.isolation import loopback_namespace
+
+        try:
+            return loopback_namespace()
+        except OSError:  # e.g. a container without CAP_SYS_ADMIN, whose own network is already none
+            return None
+
+    def _isolation_factory(self, holder: int | None) -> Any:
         if not self.config.isolation:
             return None
-        try:
-            from grader.matrix.isolation import IsolationConfig
-        except ImportError:
-            return None
-        fields = self.config.isolation
+        from grader.matrix.isolation import IsolationConfig
+
+        fields = dict(self.config.isolation)
+        if holder is not None:
+            fields["netns"] = Path(f"/proc/{holder}/ns/net")
 
         def make(rank: int, scratch: Path) -> Any:
             return IsolationConfig(**{**fields, "scratch": scratch})
