@@ -141,7 +141,7 @@ def prepare(cfg: IsolationConfig) -> None:
     if cfg.netns is not None:
         _state.network = _join_netns(cfg.netns)
     elif _only_loopback():
-        _state.network = "on: no interface but lo exists here (e.g. a container without network)"
+        _state.network = "on"  # no interface but lo exists here: a container without network
     _state.filesystem = _new_mount_namespace()
     if _state.filesystem == "on":
         try:
