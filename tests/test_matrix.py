@@ -7,10 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from junitparser import JUnitXml
 
 from grader.matrix import catalog
 from grader.runner import run_matrix
+from grader.scoring import read_junit
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["src/collectives.py", "src/transformer.py"]
@@ -33,12 +33,7 @@ def sandbox_of(tmp_path: Path, tree: Path, patch: dict[str, tuple[str, str]] | N
 
 def verdicts(tmp_path: Path, box: Path, only: list[str] | None = None) -> dict[str, tuple[str, str]]:
     run = run_matrix(box, FILES, tmp_path / "work", {}, ALLOWED, only=only)
-    out = {}
-    for suite in JUnitXml.fromfile(str(run.junit)):
-        for case in suite:
-            props = {p.get("name"): p.get("value") for p in case._elem.iter("property")}
-            out[case.name] = (props["verdict"], props.get("message", ""))
-    return out
+    return {name: (case.verdict.value, case.message) for name, case in read_junit(run.junit).items()}
 
 
 def test_catalog_is_large_and_every_case_has_a_test_function() -> None:
@@ -166,17 +161,11 @@ def test_five_runs_give_identical_verdicts(tmp_path: Path) -> None:
 
 
 def traces(tmp_path: Path, tree: str) -> dict[str, dict]:
-    import json
-
     only = ["test_trace_broadcast[ws8]", "test_trace_allreduce[ws8]"]
     run = run_matrix(sandbox_of(tmp_path / tree, ROOT / tree), FILES, tmp_path / tree / "work", {}, ALLOWED, only=only)
-    out = {}
-    for suite in JUnitXml.fromfile(str(run.junit)):
-        for case in suite:
-            props = {p.get("name"): p.get("value") for p in case._elem.iter("property")}
-            assert props["verdict"] == "pass"
-            out[case.name] = json.loads(props["trace"])
-    return out
+    cases = read_junit(run.junit)
+    assert {case.verdict.value for case in cases.values()} == {"pass"}
+    return {name: case.trace or {} for name, case in cases.items()}
 
 
 def test_the_trace_tells_tree_and_ring_from_star_at_world_size_8(tmp_path: Path) -> None:

@@ -14,11 +14,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from junitparser import JUnitXml
 
 from grader import static_checks
 from grader.policy import STRICT
 from grader.runner import run_matrix
+from grader.scoring import read_junit
 
 EVASIONS = sorted((Path(__file__).parent / "corpus" / "policy" / "evasions").glob("*.py"))
 CASE_OF = {
@@ -48,11 +48,10 @@ def test_an_evasion_never_passes_at_run_time(tmp_path: Path, path: Path) -> None
     function = target(path)
     assert function is not None
     run = run_matrix(box, ["src/collectives.py"], tmp_path / "work", {}, {"1": [], "2": []}, only=[CASE_OF[function]])
-    (case,) = [c for suite in JUnitXml.fromfile(str(run.junit)) for c in suite]
-    props = {p.get("name"): p.get("value") for p in case._elem.iter("property")}
+    (case,) = read_junit(run.junit).values()
     if path.stem not in NOT_A_CALL:
-        assert props["verdict"] == "forbidden", props["message"]
+        assert case.verdict.value == "forbidden", case.message
         return
-    assert props["verdict"] != "pass"
+    assert case.verdict.value != "pass"
     findings = static_checks.analyze_submission(box, ["src/collectives.py"], STRICT)
     assert any(f.function == function for f in findings), findings
