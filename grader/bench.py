@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from grader.matrix import catalog, expected_a9
-from grader.matrix.launcher import Limits, RankGroup
+from grader.packs.a9 import catalog, expected
+from grader.sandbox.launcher import Limits, RankGroup
 
 
 def _spawned_rank(
@@ -29,7 +29,7 @@ def _spawned_rank(
 
     import torch.distributed as dist
 
-    from grader.matrix.cases_a9 import BODIES
+    from grader.packs.a9.bodies import BODIES
 
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": "lo"})
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
@@ -58,7 +58,7 @@ def run_spawn(cases: list[catalog.Case], sandbox: Path) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         for i, case in enumerate(cases):
             path = f"{tmp}/inputs{i}.pt"
-            torch.save(expected_a9.prepare(case).inputs, path)
+            torch.save(expected.prepare(case).inputs, path)
             args = (case.world_size, _free_port(), str(sandbox), case.kind, case.params, path)
             mp.spawn(_spawned_rank, args=args, nprocs=case.world_size, join=True)
     return time.monotonic() - t0
@@ -76,7 +76,7 @@ def run_ours(cases: list[catalog.Case], sandbox: Path) -> tuple[float, int]:
             if group is None or not group.alive:
                 group = groups[case.world_size] = RankGroup(case.world_size, sandbox, Limits())
                 group.start()
-            prepared = expected_a9.prepare(case)
+            prepared = expected.prepare(case)
             header = {"kind": case.kind, "params": case.params, "allowed": [], "keep_events": False}
             run = group.run_case(header, prepared.inputs, 10.0)
             passed += verdicts.decide(case, prepared, run).verdict.value == "pass"

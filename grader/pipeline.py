@@ -90,7 +90,7 @@ def grade(
 
 
 def _runner_limits(limits: Any) -> dict[str, Any]:
-    from grader.matrix.launcher import Limits
+    from grader.sandbox.launcher import Limits
 
     wanted = {f for f in Limits.__dataclass_fields__}
     return {k: v for k, v in asdict(limits).items() if k in wanted}
@@ -106,7 +106,7 @@ def _allowed_by_task(policy: Any) -> dict[str, list[str]]:
 
 
 def _isolation_fields(sandbox: Path, limits: Any) -> dict[str, Any]:
-    from grader.matrix.isolation import default_student_user
+    from grader.sandbox.isolation import default_student_user
 
     return {
         "sandbox": str(sandbox),

@@ -21,11 +21,11 @@ from typing import Any
 
 from junitparser import Failure, JUnitXml, Properties, Property, TestCase, TestSuite
 
-import grader.matrix
+import grader.packs.a9
 from grader.matrix.plugin import CONFIG_ENV, MatrixConfig
 from grader.results import Verdict
 
-TEST_FILE = Path(grader.matrix.__file__).with_name("test_a9.py")
+TEST_FILE = Path(grader.packs.a9.__file__).with_name("test_a9.py")
 MAX_ROUNDS = 4
 
 
@@ -94,7 +94,7 @@ def run_matrix(
 
 
 def _case_names(only: list[str] | None) -> list[str]:
-    from grader.matrix.catalog import all_case_ids
+    from grader.packs.a9.catalog import all_case_ids
 
     names = all_case_ids()
     return [n for n in names if n in set(only)] if only else names
@@ -195,7 +195,7 @@ def _cases(xml: Any) -> list[TestCase]:
 
 
 def synthesized_case(name: str, verdict: Verdict, message: str) -> TestCase:
-    case = TestCase(name, classname="grader.matrix.test_a9")
+    case = TestCase(name, classname="grader.packs.a9.test_a9")
     case.result = [Failure(message)]
     props = Properties()
     props.add_property(Property("verdict", verdict.value))

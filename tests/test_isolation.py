@@ -22,8 +22,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from grader.matrix import isolation
-from grader.matrix.isolation import IsolationConfig
+from grader.sandbox import isolation
+from grader.sandbox.isolation import IsolationConfig
 
 ROOT = os.geteuid() == 0
 REFERENCE = Path(__file__).resolve().parents[1] / "reference" / "a9" / "src" / "collectives.py"

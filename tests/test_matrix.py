@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.matrix import catalog
+from grader.packs.a9 import catalog
 from grader.runner import run_matrix
 from grader.scoring import read_junit
 
@@ -37,7 +37,7 @@ def verdicts(tmp_path: Path, box: Path, only: list[str] | None = None) -> dict[s
 
 
 def test_catalog_is_large_and_every_case_has_a_test_function() -> None:
-    from grader.matrix import test_a9
+    from grader.packs.a9 import test_a9
 
     assert len(catalog.all_case_ids()) >= 150
     assert len(set(catalog.all_case_ids())) == len(catalog.all_case_ids())

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from grader.matrix import wire
+from grader.sandbox import wire
 
 
 @pytest.mark.parametrize("dtype", list(wire.DTYPES.values()), ids=str)
@@ -57,7 +57,7 @@ def test_encoding_needs_no_numpy() -> None:
     code = (
         "import sys; sys.modules['numpy'] = None\n"
         "import torch\n"
-        "from grader.matrix import wire\n"
+        "from grader.sandbox import wire\n"
         "f, = wire.FrameReader(1 << 20).feed(wire.encode({}, {'x': torch.arange(5.0)}))\n"
         "assert torch.equal(f.tensors['x'], torch.arange(5.0))\n"
     )

@@ -44,7 +44,7 @@ class MatrixConfig:
 
 class MatrixSession:
     def __init__(self, config: MatrixConfig) -> None:
-        from grader.matrix.launcher import Limits
+        from grader.sandbox.launcher import Limits
 
         self.config = config
         self.limits = Limits(**config.limits)
@@ -54,13 +54,14 @@ class MatrixSession:
         self.layers: dict[str, str] = {}
 
     def check(self, case: Any, record: Callable[[str, object], None]) -> None:
-        from grader.matrix import expected_a9, verdicts
-        from grader.matrix.cases_a9 import MODULE_OF
+        from grader.matrix import verdicts
+        from grader.packs.a9 import expected
+        from grader.packs.a9.bodies import MODULE_OF
 
         module = MODULE_OF[case.kind]
         decision = self._precheck(module)
         if decision is None:
-            prepared = expected_a9.prepare(case)
+            prepared = expected.prepare(case)
             run = self._run(case, prepared)
             decision = verdicts.decide(case, prepared, run)
             self._remember_import_failure(module, decision, run)
@@ -93,7 +94,7 @@ class MatrixSession:
             self.import_failures[module] = (Verdict.HANG, "the import never finished: " + decision.message)
 
     def _run(self, case: Any, prepared: Any) -> Any:
-        from grader.matrix.launcher import CaseRun, GroupStartError, RankGroup
+        from grader.sandbox.launcher import CaseRun, GroupStartError, RankGroup
 
         group = self.groups.get(case.world_size)
         if group is None or not group.alive:
@@ -124,7 +125,7 @@ class MatrixSession:
         (root only: elsewhere the network layer reports itself off)."""
         if not self.config.isolation or os.geteuid() != 0:
             return None
-        from grader.matrix.isolation import loopback_namespace
+        from grader.sandbox.isolation import loopback_namespace
 
         try:
             return loopback_namespace()
@@ -134,7 +135,7 @@ class MatrixSession:
     def _isolation_factory(self, holder: int | None) -> Any:
         if not self.config.isolation:
             return None
-        from grader.matrix.isolation import IsolationConfig
+        from grader.sandbox.isolation import IsolationConfig
 
         fields = dict(self.config.isolation)
         if holder is not None:
@@ -161,7 +162,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
     torch.set_num_threads(1)
     try:
-        from grader.matrix.isolation import become_subreaper
+        from grader.sandbox.isolation import become_subreaper
 
         become_subreaper()
     except ImportError:

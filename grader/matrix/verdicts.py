@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from grader.matrix.catalog import Case
-from grader.matrix.expected_a9 import Prepared
-from grader.matrix.launcher import CaseRun, RankReport
+from grader.packs.a9.catalog import Case
+from grader.packs.a9.expected import Prepared
 from grader.results import Verdict
+from grader.sandbox.launcher import CaseRun, RankReport
 
 _STATUS_VERDICT = {
     "forbidden": Verdict.FORBIDDEN,

@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 
-from grader.matrix import wire
-from grader.matrix.rank import GRADER_FAILURE
-from grader.matrix.status import StatusBoard
+from grader.sandbox import wire
+from grader.sandbox.rank import GRADER_FAILURE
+from grader.sandbox.status import StatusBoard
 
 STACK_WAIT_S = 0.5
 _LIVE_RANKS: set[int] = set()  # pids of every live group's ranks: spared when one group is reaped
@@ -103,7 +103,7 @@ class RankGroup:
 
     # --- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
-        from grader.matrix import rank as rank_mod
+        from grader.sandbox import rank as rank_mod
 
         store = self._dir / "store"
         pipes = []
@@ -426,7 +426,7 @@ def _reap(pid: int) -> None:
 
 def _reap_descendants() -> None:
     try:
-        from grader.matrix.isolation import reap_descendants
+        from grader.sandbox.isolation import reap_descendants
     except ImportError:  # isolation layers not installed: ranks were still killed directly
         return
     reap_descendants(spare=frozenset(_LIVE_RANKS))

@@ -20,9 +20,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from grader.matrix import wire
-from grader.matrix.cases_a9 import BODIES, MODULE_OF, BadReturn
-from grader.matrix.status import StatusBoard
+from grader.packs.a9.bodies import BODIES, MODULE_OF, BadReturn
+from grader.sandbox import wire
+from grader.sandbox.status import StatusBoard
 
 STUDENT_MODULES = ("src.collectives", "src.transformer")
 COLLECTIVE_NAMES = ("my_broadcast", "my_allreduce", "my_allgather", "my_reduce_scatter", "my_all_to_all")
@@ -45,7 +45,7 @@ class RankSetup:
     store_path: str
     sandbox: str
     scratch: str
-    isolation: Any  # grader.matrix.isolation.IsolationConfig, or None where that module is absent
+    isolation: Any  # grader.sandbox.isolation.IsolationConfig, or None where that module is absent
 
 
 class StudentImportError(Exception):
@@ -121,7 +121,7 @@ def student_frames(exc: BaseException, sandbox: str) -> str:
 
 def classify(exc: BaseException, sandbox: str) -> tuple[str, str]:
     """(status, message) for an exception that escaped a case body."""
-    from grader.matrix.guard import ForbiddenCollective
+    from grader.sandbox.guard import ForbiddenCollective
 
     if isinstance(exc, StudentImportError):
         return "import_error", str(exc)
@@ -193,10 +193,10 @@ def _open_fds() -> list[int]:
 
 
 def _serve(setup: RankSetup, pipes: RankPipes, status: StatusBoard) -> None:
-    from grader.matrix import guard as guard_mod
+    from grader.sandbox import guard as guard_mod
 
     if setup.isolation is not None:
-        from grader.matrix import isolation
+        from grader.sandbox import isolation
 
         isolation.prepare(setup.isolation)  # namespaces need the single-threaded, pre-Gloo process
     store = dist.FileStore(setup.store_path, setup.world_size)
@@ -232,8 +232,8 @@ def _serve(setup: RankSetup, pipes: RankPipes, status: StatusBoard) -> None:
 
 def _isolate(setup: RankSetup) -> dict[str, str]:
     if setup.isolation is None:
-        return {"isolation": "off: grader.matrix.isolation is not available"}
-    from grader.matrix import isolation
+        return {"isolation": "off: grader.sandbox.isolation is not available"}
+    from grader.sandbox import isolation
 
     return dict(isolation.enter(setup.isolation))
 

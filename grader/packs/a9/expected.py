@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from grader.matrix import reference_model
-from grader.matrix.catalog import Case
-from grader.matrix.wire import DTYPES
+from grader.packs.a9 import reference_model
+from grader.packs.a9.catalog import Case
+from grader.sandbox.wire import DTYPES
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.matrix.catalog import cases_of
+from grader.packs.a9.catalog import cases_of
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -1,6 +1,6 @@
 """Isolation layers of a rank process, and the parent-side clean-up of whatever a case left behind.
 
-Rank side, in this order (see ``grader.matrix.rank``)::
+Rank side, in this order (see ``grader.sandbox.rank``)::
 
     prepare(cfg)                      # fresh fork, still single-threaded: new mount namespace
     dist.init_process_group(...)      # Gloo starts its threads *inside* that namespace

@@ -19,7 +19,7 @@ class Case:
     test: str  # pytest function name, e.g. "test_allreduce"
     id: str  # parametrize id, e.g. "ws3-float64-7"
     world_size: int
-    kind: str  # the rank-side body that runs it (grader.matrix.cases_a9.BODIES)
+    kind: str  # the rank-side body that runs it (grader.packs.a9.bodies.BODIES)
     params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     @property

@@ -1,0 +1,1 @@
+"""Assignment packs: the assignment-specific code (cases, rank-side bodies, expected values)."""
