@@ -59,6 +59,7 @@ GRADED, TIMEOUT, GRADER_ERROR, NO_SUBMISSION = "graded", "timeout", "grader_erro
 #: Case verdicts that become a gradebook flag.
 VERDICT_FLAGS = {
     Verdict.FORBIDDEN.value: "forbidden",
+    Verdict.TAMPERING.value: "tampering",
     Verdict.HANG.value: "hang",
     Verdict.CRASH.value: "crash",
     Verdict.MEMORY.value: "memory",

@@ -1,9 +1,10 @@
 """``grader bench``: the same cases under the course-style launcher and under ours, in one run.
 
 Course style = what the handout's public tests do: ``torch.multiprocessing.spawn`` per case and
-a TCP rendezvous on a port picked as "free".  Ours = ``RankGroup`` (fork from a parent that has
-imported torch, per-group FileStore, group reused across clean cases).  Both run the same case
-bodies on the same inputs; only ours is checked, as the point here is the cost of launching.
+a TCP rendezvous on a port picked as "free".  Ours = ``RankGroup`` exactly as a grading runs it
+(forked from the zygote, every isolation layer this process can build, traffic measured, per-group
+FileStore, group reused across clean cases).  Both run the same case bodies on the same inputs;
+only ours is checked, as the point here is the cost of launching.
 """
 
 from __future__ import annotations
@@ -17,8 +18,12 @@ from typing import Any
 
 import torch
 
+from grader.matrix.plugin import BODIES
 from grader.packs.a9 import catalog, expected
-from grader.sandbox.launcher import Limits, RankGroup
+from grader.sandbox.isolation import default_allow_read, default_hide
+from grader.sandbox.launcher import Limits, RankGroup, Sandboxing, Zygote
+
+SALT = "bench"
 
 
 def _spawned_rank(
@@ -58,7 +63,7 @@ def run_spawn(cases: list[catalog.Case], sandbox: Path) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         for i, case in enumerate(cases):
             path = f"{tmp}/inputs{i}.pt"
-            torch.save(expected.prepare(case).inputs, path)
+            torch.save(expected.prepare(case, SALT).inputs, path)
             args = (case.world_size, _free_port(), str(sandbox), case.kind, case.params, path)
             mp.spawn(_spawned_rank, args=args, nprocs=case.world_size, join=True)
     return time.monotonic() - t0
@@ -70,13 +75,18 @@ def run_ours(cases: list[catalog.Case], sandbox: Path) -> tuple[float, int]:
     t0 = time.monotonic()
     passed = 0
     groups: dict[int, RankGroup] = {}
+    isolation = {"sandbox": str(sandbox), **{k: getattr(Limits(), k) for k in ("memory_mb", "nproc", "cpu_s")}}
+    isolation |= {"file_size_mb": Limits().file_size_mb, "allow_read": [str(p) for p in default_allow_read()]}
+    isolation["hide"] = [str(p) for p in default_hide()]
+    zygote = Zygote(BODIES)
+    sandboxing = Sandboxing.for_this_process(isolation)
     try:
         for case in cases:
             group = groups.get(case.world_size)
             if group is None or not group.alive:
-                group = groups[case.world_size] = RankGroup(case.world_size, sandbox, Limits())
+                group = groups[case.world_size] = RankGroup(case.world_size, sandbox, Limits(), zygote, sandboxing)
                 group.start()
-            prepared = expected.prepare(case)
+            prepared = expected.prepare(case, SALT)
             header = {"kind": case.kind, "params": case.params, "allowed": [], "keep_events": False}
             run = group.run_case(header, prepared.inputs, 10.0)
             passed += verdicts.decide(case, prepared, run).verdict.value == "pass"
@@ -84,6 +94,8 @@ def run_ours(cases: list[catalog.Case], sandbox: Path) -> tuple[float, int]:
         for group in groups.values():
             if group.alive:
                 group.close()
+        zygote.close()
+        sandboxing.close()
     return time.monotonic() - t0, passed
 
 

@@ -36,6 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("--backend", choices=("local", "docker"), default="local")
     grade.add_argument("--image", default="grader:local", help="image for --backend docker")
     grade.add_argument("--submitted-at", default=None, help="ISO time, overrides the git commit time")
+    grade.add_argument(
+        "--secret-file",
+        type=Path,
+        default=None,
+        help="the instructor's secret input salt (default: GRADER_INPUT_SALT, else random per grading)",
+    )
     grade.add_argument("--jobs", type=int, default=None, help=argparse.SUPPRESS)
 
     check = sub.add_parser("check", help="static policy check only (no code is run)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -21,12 +22,15 @@ from typing import Any
 from grader.errors import UserError
 from grader.results import GradeResult
 
+SALT_ENV = "GRADER_INPUT_SALT"
+
 
 def grade(
     source: str | Path,
     rubric_path: Path | None = None,
     out_dir: Path | None = None,
     submitted_at: str | None = None,
+    secret_file: Path | None = None,
 ) -> GradeResult:
     """Grade one submission locally; write every output format to ``out_dir`` when given."""
     from grader import intake, runner, scoring, static_checks
@@ -37,6 +41,7 @@ def grade(
     t0 = time.monotonic()
     rubric = load_rubric(rubric_path)
     limits = rubric.limits
+    salt, salt_layer = input_salt(secret_file)
     work = Path(tempfile.mkdtemp(prefix="grader-"))
     try:
         os.chmod(work, 0o711)  # the student uid may traverse to its sandbox, but not list or write
@@ -64,6 +69,8 @@ def grade(
             limits=_runner_limits(limits),
             allowed=_allowed_by_task(rubric.policy),
             isolation=_isolation_fields(taken.sandbox, limits),
+            salt=salt,
+            layers={"salt": salt_layer},
             total_timeout_s=limits.total_timeout_s,
         )
         timings["matrix"] = time.monotonic() - t
@@ -106,16 +113,32 @@ def _allowed_by_task(policy: Any) -> dict[str, list[str]]:
 
 
 def _isolation_fields(sandbox: Path, limits: Any) -> dict[str, Any]:
-    from grader.sandbox.isolation import default_student_user
-
     return {
         "sandbox": str(sandbox),
         "memory_mb": limits.memory_mb,
         "nproc": limits.nproc,
         "cpu_s": limits.cpu_s,
         "file_size_mb": limits.file_size_mb,
-        "student_user": default_student_user() if os.geteuid() == 0 else None,
     }
+
+
+def input_salt(secret_file: Path | None) -> tuple[str, str]:
+    """(the salt every input is keyed by, how it was chosen: the ``salt`` isolation layer).
+
+    Random per grading unless the instructor gives a secret (a file, or ``GRADER_INPUT_SALT``) for
+    reproducible regrades.  Either way it reaches the matrix session only, never a rank.
+    """
+    if secret_file is not None:
+        try:
+            secret = secret_file.read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"--secret-file {secret_file}: {exc}") from exc
+        if not secret:
+            raise UserError(f"--secret-file {secret_file} is empty")
+        return secret, "on: the instructor's secret (--secret-file)"
+    if os.environ.get(SALT_ENV):
+        return os.environ[SALT_ENV], f"on: the instructor's secret ({SALT_ENV})"
+    return secrets.token_hex(16), "on: random for this grading"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -126,7 +149,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         if not _exists(args.submission):
             raise UserError(f"{args.submission}: no such file, directory or git URL")
-        result = grade(args.submission, args.rubric, args.out, args.submitted_at)
+        result = grade(args.submission, args.rubric, args.out, args.submitted_at, args.secret_file)
     for fmt in args.format or ["terminal"]:
         sys.stdout.write(render(result, fmt))
     try:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 
 class Verdict(str, enum.Enum):
@@ -25,6 +25,7 @@ class Verdict(str, enum.Enum):
     WRONG = "wrong"  # ran to completion, returned the wrong value/shape/dtype
     NOT_IMPLEMENTED = "not_implemented"  # the stub still raises NotImplementedError
     FORBIDDEN = "forbidden"  # reached a collective the policy forbids
+    TAMPERING = "tampering"  # traffic measured on the wire that the ranks' own records cannot explain
     HANG = "hang"  # exceeded the per-case timeout; stacks of every rank attached
     CRASH = "crash"  # a rank raised, exited or died by a signal
     MEMORY = "memory"  # a rank exceeded its memory limit

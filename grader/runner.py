@@ -22,7 +22,8 @@ from typing import Any
 from junitparser import Failure, JUnitXml, Properties, Property, TestCase, TestSuite
 
 import grader.packs.a9
-from grader.matrix.plugin import CONFIG_ENV, MatrixConfig
+from grader.matrix.plugin import CONFIG_ENV, PARENT_ENV, MatrixConfig
+from grader.pipeline import SALT_ENV
 from grader.results import Verdict
 
 TEST_FILE = Path(grader.packs.a9.__file__).with_name("test_a9.py")
@@ -44,7 +45,9 @@ def run_matrix(
     workdir: Path,
     limits: dict[str, Any],
     allowed: dict[str, list[str]],
+    salt: str,
     isolation: dict[str, Any] | None = None,
+    layers: dict[str, str] | None = None,
     total_timeout_s: float = 600.0,
     only: list[str] | None = None,
 ) -> MatrixRun:
@@ -67,8 +70,10 @@ def run_matrix(
             allowed=allowed,
             ledger=str(ledger),
             isolation_report=str(workdir / "isolation.json"),
+            salt=salt,
             skip=decided + [name for name in _case_names(None) if name not in everything],
             isolation=isolation or {},
+            layers=layers or {},
         )
         remaining = total_timeout_s - (time.monotonic() - t0)
         code, log = _session(config, workdir, junit, remaining)
@@ -134,8 +139,9 @@ def _session(config: MatrixConfig, workdir: Path, junit: Path, timeout_s: float)
         "--tb=no",
     ]
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON"))},
+        **{k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON")) and k != SALT_ENV},
         CONFIG_ENV: str(cfg),
+        PARENT_ENV: str(os.getpid()),
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         "PYTHONNOUSERSITE": "1",
         "PYTHONSAFEPATH": "1",

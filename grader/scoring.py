@@ -56,6 +56,7 @@ _PHRASES = {
     Verdict.WRONG: "give a wrong result",
     Verdict.NOT_IMPLEMENTED: "are not implemented yet",
     Verdict.FORBIDDEN: "reach a forbidden collective",
+    Verdict.TAMPERING: "move data the grader's measurement cannot account for",
     Verdict.HANG: "hang",
     Verdict.CRASH: "crash",
     Verdict.MEMORY: "exceed the memory limit",
@@ -249,21 +250,26 @@ class _Scorer:
         return result
 
     def apply_policy(self, item: Item, result: ItemResult, looked_at: list[str]) -> None:
-        """Zero the item (``on_violation: zero``) when one of its functions reaches a forbidden collective."""
+        """Zero the item (``on_violation: zero``) when one of its functions reaches a forbidden collective,
+        or moves data between ranks that its recorded send/recv calls cannot account for (tampering)."""
         result.findings = [f for f in self.findings if f.function and f"{f.file}::{f.function}" in item.functions]
         static = [f for f in result.findings if f.origin == "static"]
-        forbidden = [self.cases[c] for c in looked_at if self.cases[c].verdict is Verdict.FORBIDDEN]
+        violating = (Verdict.FORBIDDEN, Verdict.TAMPERING)
+        forbidden = [self.cases[c] for c in looked_at if self.cases[c].verdict in violating]
         if not static and not forbidden:
             return
         # Static findings quote the student's own line; a forbidden case only has the matrix's message.
         quotes = [f"{f.file}:{f.line}: {f.source}  ({f.message})" for f in static[:MAX_FAILURES]]
         quotes = quotes or [_quote(o) for o in map(self.outcome, forbidden[:EXAMPLES_PER_VERDICT])]
         functions = ", ".join(f.split("::")[-1] for f in item.functions) or "this item's code"
+        what = "reaches a collective the rules forbid here"
+        if not static and all(c.verdict is Verdict.TAMPERING for c in forbidden):
+            what = "moves data between ranks that its send/recv calls do not account for"
         if item.on_violation == "zero":
             result.score, result.status = 0.0, ItemStatus.FAILED
-            head = f"0 points: {functions} reaches a collective the rules forbid here:"
+            head = f"0 points: {functions} {what}:"
         else:
-            head = f"{functions} reaches a collective the rules forbid here (reported, not scored):"
+            head = f"{functions} {what} (reported, not scored):"
         result.feedback = "\n".join([head, *(f"  {q}" for q in quotes), result.feedback])
 
     # -- cases

@@ -31,8 +31,13 @@ def sandbox_of(tmp_path: Path, tree: Path, patch: dict[str, tuple[str, str]] | N
     return box
 
 
+def isolated(box: Path) -> dict[str, object]:
+    """The isolation a grading asks for (``grader.pipeline``): every layer this process can build."""
+    return {"sandbox": str(box), "memory_mb": 2048, "nproc": 64, "cpu_s": 60, "file_size_mb": 64}
+
+
 def verdicts(tmp_path: Path, box: Path, only: list[str] | None = None) -> dict[str, tuple[str, str]]:
-    run = run_matrix(box, FILES, tmp_path / "work", {}, ALLOWED, only=only)
+    run = run_matrix(box, FILES, tmp_path / "work", {}, ALLOWED, salt="test", isolation=isolated(box), only=only)
     return {name: (case.verdict.value, case.message) for name, case in read_junit(run.junit).items()}
 
 
@@ -162,7 +167,8 @@ def test_five_runs_give_identical_verdicts(tmp_path: Path) -> None:
 
 def traces(tmp_path: Path, tree: str) -> dict[str, dict]:
     only = ["test_trace_broadcast[ws8]", "test_trace_allreduce[ws8]"]
-    run = run_matrix(sandbox_of(tmp_path / tree, ROOT / tree), FILES, tmp_path / tree / "work", {}, ALLOWED, only=only)
+    box = sandbox_of(tmp_path / tree, ROOT / tree)
+    run = run_matrix(box, FILES, tmp_path / tree / "work", {}, ALLOWED, salt="test", isolation=isolated(box), only=only)
     cases = read_junit(run.junit)
     assert {case.verdict.value for case in cases.values()} == {"pass"}
     return {name: case.trace or {} for name, case in cases.items()}

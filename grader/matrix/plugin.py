@@ -1,9 +1,11 @@
 """The pytest plugin of the matrix session (``-p grader.matrix.plugin``).
 
-It owns the rank groups of the session (one live group per world size), turns each case into a
-verdict with ``verdicts.decide`` and records it as JUnit properties (``verdict``, ``message``,
-``trace``) that ``grader.scoring`` reads.  Its configuration comes from the JSON file named by
-``GRADER_MATRIX_CONFIG``, written by ``grader.runner``; a ledger line per finished case lets
+It owns the session's zygote and rank groups (one live group per world size), turns each case
+into a verdict with ``verdicts.decide`` and records it as JUnit properties (``verdict``,
+``message``, ``trace``) that ``grader.scoring`` reads.  Its configuration comes from the JSON file
+named by ``GRADER_MATRIX_CONFIG``, written by ``grader.runner`` into a directory only the grader
+can read; it holds the input salt, which therefore lives in this process alone (the zygote is
+started with a scrubbed environment and never receives it).  A ledger line per finished case lets
 the runner resume if the session is killed.
 """
 
@@ -22,6 +24,7 @@ import pytest
 from grader.results import Verdict
 
 CONFIG_ENV = "GRADER_MATRIX_CONFIG"
+PARENT_ENV = "GRADER_MATRIX_PARENT"  # the runner's pid: the session dies with it
 
 
 @dataclass(frozen=True)
@@ -34,37 +37,51 @@ class MatrixConfig:
     allowed: dict[str, list[str]]  # task ("1"/"2") -> built-in collectives the policy lets through
     ledger: str
     isolation_report: str
+    salt: str  # keys every input (see grader.packs.a9.expected); never leaves this process
     skip: list[str] = field(default_factory=list)  # case names already decided by an earlier round
     isolation: dict[str, Any] = field(default_factory=dict)  # IsolationConfig fields, or {} for none
+    layers: dict[str, str] = field(default_factory=dict)  # layers the runner reports (the salt's)
 
     @classmethod
     def load(cls) -> MatrixConfig:
         return cls(**json.loads(Path(os.environ[CONFIG_ENV]).read_text()))
 
 
+BODIES = "grader.packs.a9.bodies"  # the pack's rank-side module: all the zygote imports of it
+
+
 class MatrixSession:
     def __init__(self, config: MatrixConfig) -> None:
-        from grader.sandbox.launcher import Limits
+        from grader.sandbox.launcher import Limits, Sandboxing, Zygote
 
         self.config = config
         self.limits = Limits(**config.limits)
         self.sandbox = Path(config.sandbox)
+        self.zygote = Zygote(BODIES)  # starts importing torch while this process does the same
+        self.sandboxing = Sandboxing.for_this_process(self._isolation())
         self.groups: dict[int, Any] = {}
         self.import_failures: dict[str, tuple[Verdict, str]] = {}
-        self.layers: dict[str, str] = {}
+        self.start_failures: dict[int, str] = {}  # world size -> why its group could not start
+        self.layers: dict[str, str] = dict(config.layers)
 
     def check(self, case: Any, record: Callable[[str, object], None]) -> None:
         from grader.matrix import verdicts
         from grader.packs.a9 import expected
         from grader.packs.a9.bodies import MODULE_OF
+        from grader.sandbox.launcher import GroupStartError
 
         module = MODULE_OF[case.kind]
         decision = self._precheck(module)
         if decision is None:
-            prepared = expected.prepare(case)
-            run = self._run(case, prepared)
-            decision = verdicts.decide(case, prepared, run)
-            self._remember_import_failure(module, decision, run)
+            prepared = expected.prepare(case, self.config.salt)
+            try:
+                run = self._run(case, prepared)
+            except GroupStartError as exc:  # before any student code ran: the grader's failure
+                self.start_failures[case.world_size] = exc.reason
+                decision = verdicts.Decision(Verdict.ERROR, f"the grader could not start the ranks: {exc.reason}")
+            else:
+                decision = verdicts.decide(case, prepared, run)
+                self._remember_import_failure(module, decision, run)
         record("verdict", decision.verdict.value)
         record("message", decision.message)
         if decision.trace:
@@ -94,21 +111,14 @@ class MatrixSession:
             self.import_failures[module] = (Verdict.HANG, "the import never finished: " + decision.message)
 
     def _run(self, case: Any, prepared: Any) -> Any:
-        from grader.sandbox.launcher import CaseRun, GroupStartError, RankGroup
+        from grader.sandbox.launcher import GroupStartError, RankGroup
 
         group = self.groups.get(case.world_size)
+        if case.world_size in self.start_failures:  # once is enough: a grader fault does not heal
+            raise GroupStartError(self.start_failures[case.world_size])
         if group is None or not group.alive:
-            holder = self._loopback_holder()
-            group = RankGroup(case.world_size, self.sandbox, self.limits, self._isolation_factory(holder))
-            try:
-                group.start()
-            except GroupStartError as exc:
-                run: CaseRun = exc.run
-                return run
-            finally:
-                if holder is not None:  # the ranks keep the namespace alive on their own
-                    os.kill(holder, signal.SIGKILL)
-                    os.waitpid(holder, 0)
+            group = RankGroup(case.world_size, self.sandbox, self.limits, self.zygote, self.sandboxing)
+            group.start()
             self.groups[case.world_size] = group
             self.layers.update(group.layers)
         header = {
@@ -120,36 +130,23 @@ class MatrixSession:
         }
         return group.run_case(header, prepared.inputs, self.limits.case_timeout_s)
 
-    def _loopback_holder(self) -> int | None:
-        """A process holding a fresh network namespace with only ``lo`` up, for one group's ranks
-        (root only: elsewhere the network layer reports itself off)."""
-        if not self.config.isolation or os.geteuid() != 0:
-            return None
-        from grader.sandbox.isolation import loopback_namespace
-
-        try:
-            return loopback_namespace()
-        except OSError:  # e.g. a container without CAP_SYS_ADMIN, whose own network is already none
-            return None
-
-    def _isolation_factory(self, holder: int | None) -> Any:
+    def _isolation(self) -> dict[str, Any] | None:
+        """IsolationConfig fields every rank shares (its scratch and uid are the group's business)."""
         if not self.config.isolation:
             return None
-        from grader.sandbox.isolation import IsolationConfig
+        from grader.sandbox.isolation import default_allow_read, default_hide
 
         fields = dict(self.config.isolation)
-        if holder is not None:
-            fields["netns"] = Path(f"/proc/{holder}/ns/net")
-
-        def make(rank: int, scratch: Path) -> Any:
-            return IsolationConfig(**{**fields, "scratch": scratch})
-
-        return make
+        fields.setdefault("allow_read", [str(p) for p in default_allow_read()])
+        fields.setdefault("hide", [str(p) for p in default_hide()])
+        return fields
 
     def close(self) -> None:
         for group in self.groups.values():
             if group.alive:
                 group.close()
+        self.zygote.close()
+        self.sandboxing.close()
         Path(self.config.isolation_report).write_text(json.dumps(self.layers, indent=1))
 
 
@@ -158,16 +155,14 @@ _SESSION: MatrixSession | None = None
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     global _SESSION
+    from grader.sandbox.isolation import die_with_parent
+
+    die_with_parent(int(os.environ[PARENT_ENV]), signal.SIGKILL)  # the session ends with its grading
+    config = MatrixConfig.load()
+    _SESSION = MatrixSession(config)
     import torch
 
     torch.set_num_threads(1)
-    try:
-        from grader.sandbox.isolation import become_subreaper
-
-        become_subreaper()
-    except ImportError:
-        pass
-    _SESSION = MatrixSession(MatrixConfig.load())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

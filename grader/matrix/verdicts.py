@@ -1,8 +1,18 @@
-"""Where a case's verdict is decided: from what the ranks reported and what the runner expected.
+"""Where a case's verdict is decided: from what the session observed, what the ranks answered and
+what the session expected.
 
-The order of precedence says which failure a student should hear about first: a policy
-violation outranks everything (its numbers do not count), then resource and process failures,
-then hangs, then "not implemented", import errors, and finally wrong values.
+The order of precedence says which failure a student should hear about first: tampering (traffic
+the ranks' records cannot explain) and policy violations outrank everything (their numbers do not
+count), then resource and process failures, then hangs, then "not implemented", import errors,
+and finally wrong values.  ``error`` (the grader's own failure) is never decided here from
+anything a rank says or does: only the session declares it (a group that could not start).
+
+The facts that earn points come from outside the ranks: how a rank ended (its group's init), an
+OOM kill (its cgroup), and the messages and bytes between ranks (the capture of the group's
+network namespace).  The trace a case records for the rubric's trace checks is computed from
+those measurements; a rank's own records contribute only what no measurement can see (which of
+the student's functions sent a message, and the events of the time-vs-rank diagram), and only
+after they were found consistent with the measured traffic.
 """
 
 from __future__ import annotations
@@ -16,7 +26,8 @@ import torch
 from grader.packs.a9.catalog import Case
 from grader.packs.a9.expected import Prepared
 from grader.results import Verdict
-from grader.sandbox.launcher import CaseRun, RankReport
+from grader.sandbox.launcher import CaseRun, RankReport, explains
+from grader.sandbox.traffic import Traffic
 
 _STATUS_VERDICT = {
     "forbidden": Verdict.FORBIDDEN,
@@ -30,11 +41,10 @@ _STATUS_VERDICT = {
     "not_implemented": Verdict.NOT_IMPLEMENTED,
     "import_error": Verdict.IMPORT_ERROR,
     "bad_return": Verdict.WRONG,
-    "grader_error": Verdict.ERROR,
 }
 _CAUSE_ORDER = {"signaled": 0, "exited": 1, "wire_error": 2, "no_reply": 3, "exception": 4}
 _PRECEDENCE = [
-    Verdict.ERROR,  # the grader's own failure: nothing else about the case can be trusted
+    Verdict.TAMPERING,
     Verdict.FORBIDDEN,
     Verdict.MEMORY,
     Verdict.CRASH,
@@ -55,13 +65,23 @@ class Decision:
 
 def decide(case: Case, prepared: Prepared, run: CaseRun) -> Decision:
     trace = summarize_trace(run, prepared.tensor_bytes, keep_events=bool(case.params.get("keep_events")))
+    unexplained = tampering(run)
+    if unexplained:
+        return Decision(Verdict.TAMPERING, unexplained, trace, _details(run))
+    for rep in run.ranks:
+        if rep.rank in run.memory_kills:  # the kernel's word, whatever the rank said before it died
+            rep.status, rep.message = "memory", f"rank {rep.rank} was killed by the kernel: memory limit exceeded"
     failures = [(rep, _STATUS_VERDICT.get(rep.status, Verdict.CRASH)) for rep in run.ranks if rep.status != "ok"]
     if failures:
         verdict = min((v for _, v in failures), key=_PRECEDENCE.index)
         if verdict is Verdict.CRASH and _memory_kill(run):
             verdict = Verdict.MEMORY
         return Decision(verdict, _failure_message(verdict, failures, run), trace, _details(run))
-    if case.task == 1 and case.world_size > 1 and not any(r.get("sends") for r in trace["ranks"]):
+    if case.task == 1 and case.world_size > 1 and not _communicated(run):
+        if _measured(run.traffic):
+            return Decision(
+                Verdict.TAMPERING, "the ranks agreed without exchanging a single byte: the data came another way", trace
+            )
         return Decision(
             Verdict.FORBIDDEN,
             "no point-to-point message was observed, yet the ranks agreed: communication bypassed send/recv",
@@ -72,6 +92,45 @@ def decide(case: Case, prepared: Prepared, run: CaseRun) -> Decision:
         if problem:
             return Decision(Verdict.WRONG, f"rank {rep.rank}: {problem}", trace, _details(run))
     return Decision(Verdict.PASS, "", trace)
+
+
+def tampering(run: CaseRun) -> str:
+    """Why the measured traffic is not what the ranks' records say ("" when it is, or when there is
+    no measurement to hold them to)."""
+    traffic = run.traffic
+    if traffic is None or traffic.lost or explains(run.ranks, traffic):
+        return ""
+    if traffic.foreign:
+        return f"traffic between the ranks that no send/recv explains: {traffic.foreign[0]}"
+    by_rank = {rep.rank: rep for rep in run.ranks}
+    for (src, dst), pair in sorted(traffic.pairs.items()):
+        rep = by_rank.get(src)
+        if rep is None or not rep.replied:
+            continue
+        unseen = [name for name in pair.collectives if name not in rep.claims.collectives]
+        if unseen:
+            return (
+                f"a built-in {unseen[0]} ran between rank {src} and rank {dst} that no call the grader "
+                "could see started (a route around torch.distributed's functions?)"
+            )
+        recorded = rep.claims.sent_to.get(dst, 0)
+        if pair.messages != recorded or pair.bytes > rep.claims.sent_bytes_to.get(dst, 0):
+            return (
+                f"rank {src} sent rank {dst} {pair.messages} message(s) ({pair.bytes} bytes) on the wire, "
+                f"but its send/recv calls account for {recorded}"
+            )
+    return "the ranks' records of their send/recv calls do not match the traffic measured between them"
+
+
+def _measured(traffic: Traffic | None) -> bool:
+    return traffic is not None and not traffic.lost
+
+
+def _communicated(run: CaseRun) -> bool:
+    if _measured(run.traffic):
+        assert run.traffic is not None
+        return run.traffic.total_bytes() > 0 or any(p.messages for p in run.traffic.pairs.values())
+    return any(rep.claims.sends for rep in run.ranks)
 
 
 def compare(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], tol: dict[str, float]) -> str:
@@ -164,19 +223,39 @@ def _student_stack(stack: str) -> str:
 
 
 def summarize_trace(run: CaseRun, tensor_bytes: int, keep_events: bool) -> dict[str, Any]:
-    ranks = [
-        {k: rep.trace.get(k, 0) for k in ("rank", "sends", "recvs", "bytes_sent", "bytes_recv")} | {"rank": rep.rank}
-        for rep in run.ranks
-    ]
+    """The case's trace as the rubric's trace checks read it.  Counts are measured on the wire
+    where the group has a capture (``"measured": true``); elsewhere (no root) they are the ranks'
+    own records.  A lost capture leaves the counts out, so no trace check can pass on them."""
+    traffic = run.traffic
+    ranks: list[dict[str, Any]] = []
+    for rep in run.ranks:
+        if traffic is not None:
+            sends, bytes_sent = traffic.sent_by(rep.rank)
+            recvs, bytes_recv = traffic.received_by(rep.rank)
+        else:
+            claims = rep.claims
+            sends, bytes_sent, recvs, bytes_recv = claims.sends, claims.bytes_sent, claims.recvs, claims.bytes_recv
+        ranks.append(
+            {"rank": rep.rank, "sends": sends, "recvs": recvs, "bytes_sent": bytes_sent, "bytes_recv": bytes_recv}
+        )
+    if traffic is not None:
+        collectives = traffic.collectives()
+    else:
+        collectives = sorted({c for rep in run.ranks for c in rep.claims.collectives})
     summary: dict[str, Any] = {
+        "measured": traffic is not None and not traffic.lost,
         "ranks": ranks,
         "max_sends_per_rank": max((r["sends"] for r in ranks), default=0),
         "max_bytes_sent_per_rank": max((r["bytes_sent"] for r in ranks), default=0),
         "tensor_bytes": tensor_bytes,
-        "collectives": sorted({c for rep in run.ranks for c in rep.trace.get("collectives", [])}),
-        "student_functions": sorted({f for rep in run.ranks for f in rep.trace.get("student_functions", [])}),
+        "collectives": collectives,
+        "student_functions": sorted({f for rep in run.ranks for f in rep.claims.student_functions}),
     }
+    if traffic is not None and traffic.lost:
+        for key in ("max_sends_per_rank", "max_bytes_sent_per_rank", "collectives"):
+            del summary[key]
+        summary["lost"] = traffic.lost
     if keep_events:
-        events = [e for rep in run.ranks for e in rep.events if isinstance(e, dict)]
-        summary["events"] = sorted(events, key=lambda e: (e.get("t", 0), e.get("rank", 0)))[:4000]
+        events = [e for rep in run.ranks for e in rep.claims.events]
+        summary["events"] = sorted(events, key=lambda e: (e["t"], e["rank"]))[:4000]
     return summary

@@ -87,11 +87,12 @@ def late_text(result: GradeResult) -> str | None:
 
 
 def isolation_off(result: GradeResult) -> dict[str, str]:
-    """Isolation layers that were not on, layer -> why (the part after ``off:``)."""
+    """Isolation layers that were not on, layer -> why (the part after ``off:``).  A layer that is
+    on may say how (``on: the instructor's secret``)."""
     return {
         layer: state.partition(":")[2].strip() or "no reason given"
         for layer, state in result.isolation.items()
-        if state != "on"
+        if state.partition(":")[0] != "on"
     }
 
 

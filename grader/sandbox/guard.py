@@ -1,13 +1,20 @@
-"""Rank side: the runtime half of the communication policy, and the communication trace.
+"""Rank side: the runtime half of the communication policy, and the rank's claimed trace.
 
 Installed in every rank process after the Gloo group is up and before student code loads.
 Every route to a built-in collective we know of (module functions, ``distributed_c10d``, the
 ``ProcessGroup``/``Backend`` methods, the c10d and functional-collective dispatcher ops, the
-functional and autograd wrappers) is replaced by a stub that records a violation and raises
-:class:`ForbiddenCollective` naming the call; names the case's policy allows are recorded and
-passed through.  Point-to-point operations are passed through and recorded as trace events;
-while one blocks, the rank's status slot says so, which is how the parent tells a deadlock
-(every rank blocked in communication) from a slow computation.
+functional and autograd wrappers) is replaced by a stub that raises :class:`ForbiddenCollective`
+naming the call and the student's line: the feedback a student needs.  Names the case's policy
+allows are recorded and passed through.  Point-to-point operations are passed through and
+recorded; while one blocks, the rank's status slot says so, which is how the session tells a
+deadlock (every rank blocked in communication) from a slow computation.
+
+None of this is trusted.  Student code runs in this process and can patch the guard, unwrap a
+stub (its closure holds the original) or reach Gloo through a route no stub covers.  What decides
+points is measured by the session on the wire (``grader.sandbox.traffic``): a built-in collective
+shows there whatever route reached it, and a record that does not match the measured traffic is
+a ``tampering`` verdict.  The records remain for what only this process can see: which student
+function a message was sent under, and the time-vs-rank diagram.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -49,6 +57,7 @@ class Trace:
     bytes_sent: int = 0
     bytes_recv: int = 0
     sent_to: dict[int, int] = field(default_factory=dict)  # peer -> messages
+    sent_bytes_to: dict[int, int] = field(default_factory=dict)  # peer -> payload bytes
     recv_from: dict[int, int] = field(default_factory=dict)
     collectives: list[str] = field(default_factory=list)  # built-in collectives reached (allowed ones)
     violations: list[str] = field(default_factory=list)
@@ -62,6 +71,7 @@ class Trace:
             "bytes_sent": self.bytes_sent,
             "bytes_recv": self.bytes_recv,
             "sent_to": {str(k): v for k, v in sorted(self.sent_to.items())},
+            "sent_bytes_to": {str(k): v for k, v in sorted(self.sent_bytes_to.items())},
             "recv_from": {str(k): v for k, v in sorted(self.recv_from.items())},
             "collectives": sorted(set(self.collectives)),
             "violations": self.violations[:20],
@@ -75,19 +85,31 @@ class Guard:
     def __init__(self, rank: int, sandbox: str, status: Callable[[int, str], None]) -> None:
         self.rank = rank
         self.sandbox = sandbox
-        self.status = status  # (StatusBoard state, description) -> None; writes the shared slot
+        self.status = status  # (StatusSlot state, description) -> None; writes the rank's slot
         self.allowed: frozenset[str] = frozenset()
         self.trace = Trace(rank=rank)
         self.keep_events = False
-        self._pending: dict[int, str] = {}  # id(work) -> what waiting on it means
-        self.depth = 0  # >0 inside a traced op: torch's send/recv call isend/irecv, count them once
+        self.pending: dict[int, str] = {}  # id(work) -> what waiting on it means
+        self._local = threading.local()  # per thread: depth inside traced ops, so nested calls count once
 
     def begin_case(self, allowed: frozenset[str], keep_events: bool, t0: float) -> None:
         """Reset for a new case; ``t0`` is the runner's monotonic clock at case start."""
         self.allowed = allowed
         self.keep_events = keep_events
         self.trace = Trace(rank=self.rank, t0=t0)
-        self._pending.clear()
+        self.pending.clear()
+
+    def nested(self) -> bool:
+        """Inside a traced op on this thread (torch's send calls isend calls ProcessGroup.send)."""
+        return bool(getattr(self._local, "depth", 0))
+
+    @contextlib.contextmanager
+    def nesting(self) -> Iterator[None]:
+        self._local.depth = getattr(self._local, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            self._local.depth -= 1
 
     # --- student context -------------------------------------------------------------------
     def _student_frames(self) -> tuple[str | None, str | None, str]:
@@ -107,14 +129,16 @@ class Guard:
         return function, collective, where
 
     # --- point to point --------------------------------------------------------------------
-    def record(self, op: str, peer: int, tensor: torch.Tensor) -> str:
+    def record(self, op: str, peer: int, tensors: list[torch.Tensor]) -> str:
         function, collective, where = self._student_frames()
-        nbytes = tensor.numel() * tensor.element_size()
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        tensor = tensors[0] if tensors else torch.empty(0)
         t = self.trace
         if op in ("send", "isend"):
             t.sends += 1
             t.bytes_sent += nbytes
             t.sent_to[peer] = t.sent_to.get(peer, 0) + 1
+            t.sent_bytes_to[peer] = t.sent_bytes_to.get(peer, 0) + nbytes
         else:
             t.recvs += 1
             t.bytes_recv += nbytes
@@ -149,7 +173,7 @@ class Guard:
     def collective(self, qualname: str, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         guard = self
 
-        @functools.wraps(original)
+        @functools.wraps(original, updated=())  # not the original's __dict__: an op's .default is a route
         def stub(*args: Any, **kwargs: Any) -> Any:
             if name in guard.allowed:
                 guard.trace.collectives.append(name)
@@ -270,54 +294,50 @@ def _forbid_dispatcher_ops(forbid: Callable[[Any, str, str], None]) -> None:
 
 
 def _trace_point_to_point(guard: Guard) -> None:
-    """Wrap send/recv/isend/irecv (module level and c10d) and Work.wait with tracing.
+    """Record every route to point-to-point: send/recv/isend/irecv (module level and c10d), the
+    ``send``/``recv``/``recv_anysource`` methods of process groups and backends, and ``Work.wait``.
 
-    ``batch_isend_irecv`` needs no wrapper: it calls ``P2POp.op``, which is one of the traced
-    functions because the guard is installed before any ``P2POp`` is built.
+    The session compares these records with the traffic it measured; a route left unrecorded would
+    make honest traffic look unexplained.  ``batch_isend_irecv`` needs no wrapper of its own: it
+    calls ``P2POp.op``, one of the wrapped functions (the guard is installed before any ``P2POp``
+    is built).  Nested calls (``dist.send`` -> ``isend`` -> ``ProcessGroup.send``) count once.
     """
 
-    def blocking(op: str, original: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(original)
-        def traced(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if guard.depth:
-                return original(tensor, *args, **kwargs)
-            description = guard.record(op, _peer(op, args, kwargs), tensor)
-            guard.depth += 1
-            try:
-                with guard.blocked(description):
-                    return original(tensor, *args, **kwargs)
-            finally:
-                guard.depth -= 1
+    def traced(op: str, original: Callable[..., Any], blocking: bool, method: bool) -> Callable[..., Any]:
+        @functools.wraps(original, updated=())
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if guard.nested():
+                return original(*args, **kwargs)
+            tensors, peer = _p2p_arguments(op, args, kwargs, method)
+            description = guard.record(op, peer, tensors)
+            with guard.nesting():
+                if blocking:
+                    with guard.blocked(description):
+                        return original(*args, **kwargs)
+                work = original(*args, **kwargs)
+                if work is not None:
+                    guard.pending[id(work)] = f"wait() on {description}"
+                return work
 
-        del traced.__wrapped__
-        return traced
-
-    def nonblocking(op: str, original: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(original)
-        def traced(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if guard.depth:
-                return original(tensor, *args, **kwargs)
-            description = guard.record(op, _peer(op, args, kwargs), tensor)
-            work = original(tensor, *args, **kwargs)
-            if work is not None:
-                guard._pending[id(work)] = f"wait() on {description}"
-            return work
-
-        del traced.__wrapped__
-        return traced
+        del wrapper.__wrapped__
+        return wrapper
 
     for module in (dist, c10d):
         for op in ("send", "recv"):
-            setattr(module, op, blocking(op, getattr(c10d, op)))
+            setattr(module, op, traced(op, getattr(c10d, op), blocking=True, method=False))
         for op in ("isend", "irecv"):
-            setattr(module, op, nonblocking(op, getattr(c10d, op)))
+            setattr(module, op, traced(op, getattr(c10d, op), blocking=False, method=False))
+    for cls in _p2p_classes():
+        for name, op in (("send", "isend"), ("recv", "irecv"), ("recv_anysource", "irecv")):
+            if name in vars(cls):
+                setattr(cls, name, traced(op, vars(cls)[name], blocking=False, method=True))
 
     work_cls = _c10d_ext.Work
     original_wait = work_cls.wait
 
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
-        description = guard._pending.pop(id(self), "wait()")
-        if guard.depth:  # inside a traced send/recv, whose own description is already shown
+        description = guard.pending.pop(id(self), "wait()")
+        if guard.nested():  # inside a traced send/recv, whose own description is already shown
             return original_wait(self, *args, **kwargs)
         with guard.blocked(description):
             return original_wait(self, *args, **kwargs)
@@ -325,12 +345,26 @@ def _trace_point_to_point(guard: Guard) -> None:
     work_cls.wait = wait  # type: ignore[method-assign]
 
 
-def _peer(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
-    key = "dst" if op in ("send", "isend") else "src"
-    value = kwargs.get(key, args[0] if args else None)
-    if value is None:
-        value = kwargs.get("group_dst" if key == "dst" else "group_src", -1)
+def _p2p_classes() -> list[Any]:
+    names = ("ProcessGroup", "Backend", "ProcessGroupGloo", "_ProcessGroupWrapper")
+    return [cls for name in names if (cls := getattr(_c10d_ext, name, None)) is not None]
+
+
+def _p2p_arguments(
+    op: str, args: tuple[Any, ...], kwargs: dict[str, Any], method: bool
+) -> tuple[list[torch.Tensor], int]:
+    """(tensors, peer) of a point-to-point call, whatever its spelling; peer -1 when unknown."""
+    if method:  # ProcessGroup.send(self, tensors, dstRank, tag) / recv_anysource(self, tensors, tag)
+        tensors = args[1] if len(args) > 1 else kwargs.get("tensors", [])
+        value = args[2] if len(args) > 3 else kwargs.get("dstRank", kwargs.get("srcRank", -1))
+    else:
+        tensors = [args[0] if args else kwargs.get("tensor")]
+        key = "dst" if op in ("send", "isend") else "src"
+        value = kwargs.get(key, args[1] if len(args) > 1 else None)
+        if value is None:
+            value = kwargs.get("group_dst" if key == "dst" else "group_src", -1)
     try:
-        return int(value)
+        peer = int(value)
     except (TypeError, ValueError):
-        return -1
+        peer = -1
+    return [t for t in tensors if isinstance(t, torch.Tensor)], peer

@@ -1,10 +1,10 @@
-"""Isolation layers of a rank process, and the parent-side clean-up of whatever a case left behind.
+"""Isolation layers of a rank process, entered before any student code runs.
 
 Rank side, in this order (see ``grader.sandbox.rank``)::
 
-    prepare(cfg)                      # fresh fork, still single-threaded: new mount namespace
+    prepare(cfg)                      # fresh fork, still single-threaded: new mount + IPC namespaces
     dist.init_process_group(...)      # Gloo starts its threads *inside* that namespace
-    layers = enter(cfg)               # new root, rlimits, student uid, prctl; before student code
+    layers = enter(cfg)               # new root, rlimits, the rank's own uid, prctl; before student code
 
 Why two calls: ``unshare(CLONE_NEWNS)`` and ``setns`` only move the *calling thread*, and Gloo
 starts three threads during ``init_process_group``.  Threads created after :func:`prepare` inherit
@@ -14,44 +14,47 @@ Between the two calls nothing changes for the grader: paths (the FileStore) stil
 already-connected sockets and pipes are never touched.  Bubblewrap cannot do this: it needs exec,
 and the rank must keep its imported torch.
 
+The group's own layers (a PID namespace, a network namespace with only ``lo``, cgroups) are
+entered by the group's leader and init before the ranks exist (``grader.sandbox.zygote``).
+
 Each layer is used when available and reported as ``"on"`` or ``"off: <reason>"``:
 
 ``rlimits``     RLIMIT_AS = current VmSize + memory_mb (torch alone maps ~640 MB), FSIZE, CPU, CORE=0.
-``nproc``       RLIMIT_NPROC, which counts every task (threads too) of the rank's uid on the machine.
-                The limit is the tasks that uid has when the rank enters + ``nproc``: the ranks of
-                every live group (Gloo threads included) already hold dozens, so an absolute limit
-                would leave the student nothing, or everything.  It binds only the rank and its
-                descendants, so the grader itself never hits it.  Root ignores RLIMIT_NPROC, so root
-                without a separate uid reports it off.
-``prctl``       PDEATHSIG=SIGKILL (a rank dies with its parent), DUMPABLE=0 (other ranks of the same
-                uid cannot read its /proc/<pid>/mem, environ, cwd), NO_NEW_PRIVS (no setuid binaries).
-``uid``         root only: setgroups([]), setgid, setuid to ``student_user`` (the image's ``student``;
-                :func:`default_student_user` falls back to ``nobody``).  Scratch is handed to that uid.
-``filesystem``  a tmpfs root holding read-only binds of ``allow_read`` and the sandbox, scratch and a
-                fresh /tmp (rw), /dev/{null,zero,random,urandom,shm} and a fresh /proc that hides other
-                uids' processes; ``pivot_root`` into it and the old root detached.  As root this is a
-                plain mount namespace; otherwise an unprivileged user namespace, where /proc is left
-                out (the host's /proc would lead back to the host root via /proc/<ppid>/root).
+                The cgroup (``grader.sandbox.cgroups``) is the bound that counts; RLIMIT_AS stops a
+                plain oversized allocation early with a MemoryError the student can read, and is the
+                only memory bound where no cgroup can be made.
+``nproc``       RLIMIT_NPROC, which counts every task (threads too) of the rank's uid on the machine:
+                the tasks that uid has when the rank enters + ``nproc``.  Each rank of a grading slot
+                has a uid of its own (``grader.sandbox.slots``), so the count is this rank's.  Root
+                ignores RLIMIT_NPROC, so root without a separate uid reports it off.
+``prctl``       PDEATHSIG=SIGKILL (a rank dies with its init), DUMPABLE=0 (no /proc/<pid>/mem, environ,
+                cwd for anyone but root), NO_NEW_PRIVS (no setuid binaries; needed by seccomp).
+``uid``         root only: setgroups([]), setgid and setuid to the rank's own uid and gid, numbers no
+                account uses (so ``kill(-1)`` from the rank reaches only the rank's own processes).
+``filesystem``  a tmpfs root holding read-only binds of ``allow_read`` (with ``hide`` covered by
+                empty directories: the installed grader package) and the sandbox, a tmpfs scratch
+                (the rank's cwd, HOME, TMPDIR) and /tmp, /dev/{null,zero,random,urandom,shm} and a
+                fresh /proc that shows only the rank's own processes; ``pivot_root`` into it and the
+                old root detached.  Every tmpfs page is counted by the rank's memory cgroup.  As
+                root this is a plain mount namespace; otherwise an unprivileged user namespace,
+                where /proc is left out (the host's /proc would lead back to the host root).
+``ipc``         a new IPC namespace per rank: no System V shared memory or message queue is shared
+                with another rank (traffic that would never cross the measured network).
 ``fds``         reported only: "off" names every inherited descriptor (not in ``keep_fds``) of a file or
                 directory, since one reaches past any new root through ``openat`` or /proc/self/fd.
-``network``     ``netns`` given (root only: see :func:`loopback_namespace`): the rank joins that network
-                namespace, where only loopback is up, before Gloo starts, in :func:`prepare`; a group's
-                ranks share it and see no other network.  Otherwise off: the host network is shared.
+``network``     "on" when the rank's network namespace has only ``lo`` (the group's own, or a
+                container without network); otherwise off: the host network is shared.
 """
 
 from __future__ import annotations
 
 import ctypes
-import errno
-import fcntl
 import os
 import platform
-import pwd
 import resource
 import signal
-import site
 import socket
-import struct
+import site
 import sys
 import tempfile
 import time
@@ -63,59 +66,53 @@ _libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 MNT_DETACH = 0x2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(platform.machine())
 _OLD_ROOT = ".old-root"
-_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 _DEVICES = ("null", "zero", "random", "urandom")
-NETWORK_OFF = "off: local backend shares the host network; use --backend docker"
+NETWORK_OFF = "off: the rank shares the host's network (a network namespace needs root)"
 
 
 def default_allow_read() -> tuple[Path, ...]:
     """What a rank must read for Python and torch to keep working, and nothing more.
 
     Deliberately not ``sys.path``: it holds the directory the grader was started from, which may
-    be a checkout with ``reference/`` in it.
+    be a checkout with ``reference/`` in it.  Nor the grader package: the zygote imported all of
+    the rank runtime before any rank was forked (see :func:`default_hide`).
     """
-    import grader
-
     paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages()]
-    paths += [site.getusersitepackages()]
-    paths += [str(Path(grader.__file__).parent), "/usr/lib", "/usr/lib64", "/lib", "/lib64"]
+    paths += [site.getusersitepackages(), "/usr/lib", "/usr/lib64", "/lib", "/lib64"]
     paths += ["/usr/share/zoneinfo", "/etc/passwd", "/etc/group", "/etc/hosts", "/etc/nsswitch.conf"]
     paths += ["/etc/localtime", "/etc/ld.so.cache"]
     return tuple(dict.fromkeys(Path(p) for p in paths if os.path.exists(p)))
 
 
-def default_student_user() -> str | None:
-    """``student`` (the Docker image's user) when it exists, else ``nobody``, else None.
+def default_hide() -> tuple[Path, ...]:
+    """The installed grader package, wherever it lies (inside site-packages when pip installed it):
+    its catalog, expected values and rubrics are the session's business, not a rank's."""
+    import grader
 
-    ``nobody`` is shared with other daemons on some hosts: :func:`kill_by_uid` must not be used then.
-    """
-    for name in ("student", "nobody"):
-        try:
-            pwd.getpwnam(name)
-            return name
-        except KeyError:
-            pass
-    return None
+    return (Path(grader.__file__).resolve().parent,)
 
 
 @dataclass(frozen=True)
 class IsolationConfig:
     sandbox: Path  # the student files; bound read-only at the same path
-    scratch: Path  # private writable dir of this rank (created by the parent): cwd, TMPDIR, HOME
+    scratch: Path  # private dir of this rank (created by the session): cwd, TMPDIR, HOME; a tmpfs inside
     memory_mb: int = 2048  # address space the student may add on top of what the rank already maps
     nproc: int = 64  # tasks (processes + threads) the student may add, see ``nproc`` above
     cpu_s: int = 60  # CPU seconds of the rank (SIGXCPU, then SIGKILL 5 s later)
-    file_size_mb: int = 64  # largest file the rank may write; also the size of its /tmp
-    student_user: str | None = None  # run as this user when root; None: stay the grader's uid
+    file_size_mb: int = 64  # largest file the rank may write; also the size of its /tmp and scratch
+    uid: int | None = None  # root only: run as this uid (and ``gid``); None: keep the grader's uid
+    gid: int | None = None
     allow_read: tuple[Path, ...] = field(default_factory=default_allow_read)  # bound read-only
+    hide: tuple[Path, ...] = field(default_factory=default_hide)  # covered where allow_read reaches them
     keep_fds: tuple[int, ...] = ()  # descriptors above 2 the rank needs (pipes); others are reported
-    netns: Path | None = None  # a network namespace to join, e.g. /proc/<holder>/ns/net
 
 
 @dataclass
@@ -124,6 +121,7 @@ class _State:
 
     network: str = NETWORK_OFF
     filesystem: str = "off: prepare() was not called before init_process_group"
+    ipc: str = "off: prepare() was not called before init_process_group"
     host_uid: int = field(default_factory=os.getuid)  # the uid outside any user namespace
     root: bool = field(default_factory=lambda: os.geteuid() == 0)  # privileged on the host
 
@@ -138,10 +136,8 @@ def prepare(cfg: IsolationConfig) -> None:
     """
     global _state
     _state = _State()
-    if cfg.netns is not None:
-        _state.network = _join_netns(cfg.netns)
-    elif _only_loopback():
-        _state.network = "on"  # no interface but lo exists here: a container without network
+    if _only_loopback():
+        _state.network = "on"  # the group's namespace, or a container without network
     _state.filesystem = _new_mount_namespace()
     if _state.filesystem == "on":
         try:
@@ -160,7 +156,8 @@ def enter(cfg: IsolationConfig) -> dict[str, str]:
     account = _student_account(cfg, fs_on=_state.filesystem == "on")
     layers["nproc"] = _set_nproc(cfg, account)
     layers["filesystem"] = _pivot(cfg) if _state.filesystem == "on" else _state.filesystem
-    layers["uid"] = _drop_uid(cfg, account) if isinstance(account, pwd.struct_passwd) else account
+    layers["ipc"] = _state.ipc
+    layers["uid"] = _drop_uid(account) if isinstance(account, tuple) else account
     layers["prctl"] = _set_prctl()
     layers["network"] = _state.network
     scratch = str(cfg.scratch)
@@ -182,7 +179,8 @@ def _check_fds(cfg: IsolationConfig) -> str:
             target = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             continue  # the listing's own descriptor, already closed
-        if target.startswith("/") and not target.startswith(("/dev/null", "/proc/")):
+        # a memfd (the rank's status slot) is anonymous memory: no way to any file
+        if target.startswith("/") and not target.startswith(("/dev/null", "/proc/", "/memfd:")):
             leaks.append(f"{fd} ({target})")
     return f"off: open descriptors reach outside the sandbox: {', '.join(leaks)}" if leaks else "on"
 
@@ -229,17 +227,9 @@ def _tasks_of_uid(uid: int) -> int:
     return count
 
 
-#: Tasks the grader's own rank processes may add under the student uid after a rank has set its
-#: limit: every world size's group alive at once (23 ranks) with their threads, and a second grading.
-GRADER_TASKS_RESERVE = 512
-
-
-def _set_nproc(cfg: IsolationConfig, account: pwd.struct_passwd | str) -> str:
-    if isinstance(account, pwd.struct_passwd):  # this rank's own threads join that uid's count
-        # RLIMIT_NPROC is checked against the uid's *total* when any of its tasks clones, including
-        # the Gloo threads of ranks of groups started later: leave room for those, or an honest
-        # rank's thread creation fails (seen as aborts and stalls) once enough groups are alive.
-        limit = _tasks_of_uid(account.pw_uid) + _threads() + GRADER_TASKS_RESERVE + cfg.nproc
+def _set_nproc(cfg: IsolationConfig, account: tuple[int, int] | str) -> str:
+    if isinstance(account, tuple):  # the rank's own uid: its tasks so far (other groups') + this rank's
+        limit = _tasks_of_uid(account[0]) + _threads() + cfg.nproc
     elif _state.root:
         return "off: root ignores RLIMIT_NPROC and no separate uid is in use"
     else:
@@ -260,6 +250,16 @@ def _prctl(option: int, value: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
+def die_with_parent(parent: int, sig: int) -> None:
+    """Arm PDEATHSIG, then make sure the parent did not die before it was armed."""
+    try:
+        _prctl(PR_SET_PDEATHSIG, sig)
+    except OSError:
+        os._exit(1)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def _set_prctl() -> str:
     """After the uid change, which resets both PDEATHSIG and DUMPABLE."""
     parent = os.getppid()
@@ -277,32 +277,28 @@ def _set_prctl() -> str:
 # --- separate uid --------------------------------------------------------------------------------
 
 
-def _student_account(cfg: IsolationConfig, fs_on: bool) -> pwd.struct_passwd | str:
-    """The account to switch to, or why there is none ("off: ...")."""
+def _student_account(cfg: IsolationConfig, fs_on: bool) -> tuple[int, int] | str:
+    """(uid, gid) to switch to, or why there is none ("off: ...")."""
     if not _state.root:
         return "off: not running as root"
-    if cfg.student_user is None:
-        return "off: no student user configured"
-    try:
-        account = pwd.getpwnam(cfg.student_user)
-    except KeyError:
-        return f"off: user {cfg.student_user!r} does not exist"
-    if account.pw_uid == 0:
-        return f"off: user {cfg.student_user!r} is root"
+    if cfg.uid is None or cfg.gid is None:
+        return "off: no uid configured for the rank"
+    if cfg.uid == 0:
+        return "off: the configured uid is root's"
     if not fs_on:  # without the new root, the host's permissions decide what that uid may read
         for path in (*cfg.allow_read, cfg.sandbox):
-            if not _readable_by(path, account):
-                return f"off: {path} is not readable by {cfg.student_user}"
-    return account
+            if not _readable_by(path, cfg.uid, cfg.gid):
+                return f"off: {path} is not readable by uid {cfg.uid}"
+    return cfg.uid, cfg.gid
 
 
-def _readable_by(path: Path, account: pwd.struct_passwd) -> bool:
-    """Mode bits only (no ACLs): may ``account`` reach and read ``path``?"""
+def _readable_by(path: Path, uid: int, gid: int) -> bool:
+    """Mode bits only (no ACLs): may ``uid`` reach and read ``path``?"""
 
     def allows(st: os.stat_result, bit: int) -> bool:
-        if st.st_uid == account.pw_uid:
+        if st.st_uid == uid:
             return bool(st.st_mode & (bit << 6))
-        if st.st_gid == account.pw_gid:
+        if st.st_gid == gid:
             return bool(st.st_mode & (bit << 3))
         return bool(st.st_mode & bit)
 
@@ -315,17 +311,16 @@ def _readable_by(path: Path, account: pwd.struct_passwd) -> bool:
     return all(allows(st, 1) for st in ancestors) and allows(target, 4) and (not is_dir or allows(target, 1))
 
 
-def _drop_uid(cfg: IsolationConfig, account: pwd.struct_passwd) -> str:
+def _drop_uid(account: tuple[int, int]) -> str:
     """glibc applies set*id to every thread of the process, Gloo's included."""
+    uid, gid = account
     try:
-        os.chmod(cfg.scratch, 0o700)  # before the chown: root without CAP_FOWNER cannot chmod it after
-        os.chown(cfg.scratch, account.pw_uid, account.pw_gid)
         os.setgroups([])
-        os.setgid(account.pw_gid)
-        os.setuid(account.pw_uid)
+        os.setgid(gid)
+        os.setuid(uid)
     except OSError as exc:
-        if os.geteuid() != 0:  # half-done: neither root nor the student; never run student code
-            os._exit(70)
+        if os.geteuid() != 0:  # half-done: neither root nor the rank's uid; never run student code
+            os._exit(1)
         return f"off: {exc}"
     return "on"
 
@@ -350,12 +345,16 @@ def _mount(source: str, target: str, fstype: str | None, flags: int, data: str |
 
 
 def _new_mount_namespace() -> str:
+    """A mount namespace of the rank's own, with a new IPC namespace alongside (``_state.ipc``)."""
     if _threads() > 1:
         return "off: multi-threaded (call prepare() before init_process_group)"
-    flags = CLONE_NEWNS if _state.root else CLONE_NEWNS | CLONE_NEWUSER
+    flags = CLONE_NEWNS | CLONE_NEWIPC if _state.root else CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUSER
     uid, gid = os.getuid(), os.getgid()
     if _libc.unshare(flags) != 0:
-        return f"off: unshare: {os.strerror(ctypes.get_errno())}"
+        reason = f"off: unshare: {os.strerror(ctypes.get_errno())}"
+        _state.ipc = reason
+        return reason
+    _state.ipc = "on"
     try:
         if flags & CLONE_NEWUSER:  # map ourselves to root of the namespace to be allowed to mount
             Path("/proc/self/setgroups").write_text("deny")
@@ -402,15 +401,22 @@ def _build_root(cfg: IsolationConfig) -> str:
         if path.is_symlink() and parent_is_real and not os.path.lexists(link):
             link.parent.mkdir(parents=True, exist_ok=True)
             os.symlink(os.readlink(path), link)
+    for hidden in cfg.hide:  # an empty read-only directory over what an allowed path would expose
+        target = root / Path(hidden).resolve().relative_to("/")
+        if target.is_dir():
+            _mount("tmpfs", str(target), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=0555,size=4k")
     _bind(Path(cfg.sandbox).resolve(), root, writable=False)
-    _bind(Path(cfg.scratch).resolve(), root, writable=True)
+    scratch = root / Path(cfg.scratch).resolve().relative_to("/")
+    scratch.mkdir(parents=True, exist_ok=True)
+    owner = f",uid={cfg.uid},gid={cfg.gid}" if _state.root and cfg.uid is not None else ""
+    _mount("tmpfs", str(scratch), "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0700,size={cfg.file_size_mb}m{owner}")
     (root / "dev" / "shm").mkdir(parents=True)
     _mount("tmpfs", str(root / "dev" / "shm"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m")
     for dev in _DEVICES:
         (root / "dev" / dev).touch()
         _mount(f"/dev/{dev}", str(root / "dev" / dev), None, MS_BIND)
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "fd/0"), ("stdout", "fd/1"), ("stderr", "fd/2")):
-        os.symlink(target, root / "dev" / name)
+    for name, dest in (("fd", "/proc/self/fd"), ("stdin", "fd/0"), ("stdout", "fd/1"), ("stderr", "fd/2")):
+        os.symlink(dest, root / "dev" / name)
     (root / "proc").mkdir()
     if _state.root:
         # hidepid: once the rank is the student, only the student's own processes are visible.
@@ -433,7 +439,7 @@ def _pivot(cfg: IsolationConfig) -> str:
     except OSError as exc:
         # A half-switched root cannot be trusted to hold anything back: never run student code.
         sys.stderr.write(f"isolation: {exc}\n")
-        os._exit(70)
+        os._exit(1)
     return "on"
 
 
@@ -441,66 +447,59 @@ def _pivot(cfg: IsolationConfig) -> str:
 
 
 def _only_loopback() -> bool:
+    """Only ``lo`` in this thread's network namespace (not /sys/class/net: sysfs shows the namespace
+    of whoever mounted it)."""
     try:
-        return os.listdir("/sys/class/net") == ["lo"]
+        return [name for _, name in socket.if_nameindex()] == ["lo"]
     except OSError:
         return False
 
 
-def _join_netns(path: Path) -> str:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as exc:
-        return f"off: {exc}"
-    try:
-        if _libc.setns(fd, CLONE_NEWNET) != 0:
-            return f"off: setns: {os.strerror(ctypes.get_errno())}"
-    finally:
-        os.close(fd)
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # the only interface there
+def become_subreaper() -> None:
+    """Orphans of our descendants (``setsid`` + double fork) come back to us."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def new_pid_namespace() -> str:
+    """Leader side: the next child is pid 1 of a new PID namespace ("on"), or why not."""
+    if _libc.unshare(CLONE_NEWPID) != 0:
+        return f"off: unshare(CLONE_NEWPID): {os.strerror(ctypes.get_errno())}"
     return "on"
 
 
-# --- parent side ---------------------------------------------------------------------------------
+def join_network_namespace(fd: int) -> None:
+    """Leader side: enter the group's network namespace (an open ``/proc/<pid>/ns/net``), before
+    any rank exists, so that every rank and every thread of it is born there."""
+    _check(_libc.setns(fd, CLONE_NEWNET), "setns(CLONE_NEWNET)")
 
 
-def loopback_namespace() -> int:
-    """Parent side, root only: fork a holder of a new network namespace where only ``lo`` is up.
-
-    Returns the holder's pid: give its ``/proc/<pid>/ns/net`` as ``netns`` to every rank of one
-    group, and kill the holder once the group has started (the ranks keep the namespace alive).
-    The holder dies with this process.  Raises OSError when namespaces are not permitted.
-    """
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read)
+def tcp_connections() -> list[list[int]]:
+    """[local port, remote port] of this process's established TCP sockets (Gloo's, right after
+    ``init_process_group``): the session maps the group's traffic to ranks with them."""
+    mine = set()
+    for fd in os.listdir("/proc/self/fd"):
         try:
-            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            _check(_libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-                request = struct.pack("16sH14x", b"lo", 0)
-                flags = struct.unpack("16sH", fcntl.ioctl(sock, _SIOCGIFFLAGS, request)[:18])[1]
-                fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
-            os.write(write, b"ok")
-        except BaseException as exc:
-            os.write(write, str(exc).encode()[:500])
-            os._exit(1)
-        os.close(write)
-        while True:
-            signal.pause()
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        answer = pipe.read()
-    if answer != b"ok":
-        os.waitpid(pid, 0)
-        raise OSError(f"no network namespace: {answer.decode(errors='replace')}")
-    return pid
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            mine.add(target[8:-1])
+    found = []
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        try:
+            with open(table) as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "01" and fields[9] in mine:  # 01: ESTABLISHED
+                local, remote = (int(addr.rsplit(":", 1)[1], 16) for addr in fields[1:3])
+                found.append([local, remote])
+    return sorted(found)
 
 
-def become_subreaper() -> None:
-    """Parent side, once: orphans of our descendants (``setsid`` + double fork) come back to us."""
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+# --- what a group's init leaves behind (without a PID namespace) ------------------------------------
 
 
 def _pids() -> list[int]:
@@ -535,9 +534,9 @@ def _descendants(ancestor: int, spare: frozenset[int] = frozenset()) -> dict[int
 def reap_descendants(timeout: float = 2.0, spare: frozenset[int] = frozenset()) -> int:
     """Parent side: SIGKILL every descendant of this process and reap the ones that become ours.
 
-    Kills all descendants but the ``spare`` ones (the ranks of other live groups) and their
-    subtrees: call it once the ranks' exit statuses have been collected.  Needs
-    :func:`become_subreaper` to catch processes that detached.  Returns how many were killed.
+    Kills all descendants but the ``spare`` ones and their subtrees: call it once the ranks' exit
+    statuses have been collected.  The caller must be a child subreaper (PR_SET_CHILD_SUBREAPER)
+    to catch processes that detached.  Returns how many were killed.
     """
     me = os.getpid()
     killed: set[int] = set()
@@ -560,33 +559,3 @@ def reap_descendants(timeout: float = 2.0, spare: frozenset[int] = frozenset()) 
         if not found or time.monotonic() > deadline:
             return len(killed)
         time.sleep(0.01)
-
-
-def kill_by_uid(uid: int) -> None:
-    """Root only: SIGKILL every process of ``uid`` (``kill(-1)`` from a child that became it).
-
-    Only for a uid no one else uses (the image's ``student``): it also ends other gradings
-    running under that uid at the same time.
-    """
-    if uid == 0:
-        raise ValueError("refusing to kill every process of root")
-    for _ in range(10):  # a fork bomb may outrun one pass
-        pid = os.fork()
-        if pid == 0:  # kill(-1) reaches exactly the processes this uid may signal: its own
-            try:
-                os.setgroups([])
-                os.setuid(uid)
-                os.kill(-1, signal.SIGKILL)
-            except OSError as exc:
-                os._exit(0 if exc.errno == errno.ESRCH else 1)
-            os._exit(0)
-        os.waitpid(pid, 0)
-        if not any(_uid_of(p) == uid for p in _pids()):
-            return
-
-
-def _uid_of(pid: int) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return None

@@ -1,12 +1,27 @@
-"""Rank side: the life of one forked rank process.  The only place student code is imported.
+"""Rank side: the life of one rank process.  The only place student code is imported.
 
-Order matters: join the Gloo group while the process is still the grader's, then enter the
-isolation layers, install the guard, and only then import student modules, lazily, per case.
-Every exit is ``os._exit``: a forked child must never run the parent's pytest or atexit code.
+A rank is forked from a group's init (see ``grader.sandbox.zygote``).  Order matters::
+
+    join the rank's cgroups              while the host's /sys is still visible
+    isolation.prepare()                  new mount and IPC namespaces, the new root assembled
+    init_process_group()                 Gloo joins the group through its FileStore
+    connections()                        this rank's Gloo sockets, for the session's traffic map
+    isolation.enter()                    pivot_root, rlimits, the rank's own uid, prctl
+    guard, seccomp filter, audit hook    then "ready", then cases
+
+Everything up to "ready" is the grader's own code in a process no student code has touched yet,
+so what the ready frame says (layers, sockets) is a fact; everything after it is a claim the
+session checks.  Student code never runs on the main thread: each case runs in a fresh thread
+whose first frame is :func:`_trampoline`, so a student frame's ``f_back`` chain ends there
+instead of reaching the loop that owns the pipes.  Every exit is ``os._exit`` with status 0 (the
+session closed the control pipe) or 1 (anything else): a rank's exit status says nothing but
+"it ended", and only the session declares a grader error.
 """
 
 from __future__ import annotations
 
+import _thread
+import dataclasses
 import datetime
 import faulthandler
 import os
@@ -20,22 +35,24 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from grader.packs.a9.bodies import BODIES, MODULE_OF, BadReturn
-from grader.sandbox import wire
-from grader.sandbox.status import StatusBoard
+from grader.sandbox import audit, guard, isolation, syscalls, wire
+from grader.sandbox.status import StatusSlot
 
-STUDENT_MODULES = ("src.collectives", "src.transformer")
+#: Python modules a pack's bodies may ask for, in import order: a module later in the list may
+#: import an earlier one (transformer.py imports my_all_to_all from collectives.py).
 COLLECTIVE_NAMES = ("my_broadcast", "my_allreduce", "my_allgather", "my_reduce_scatter", "my_all_to_all")
+MAX_CONTROL_FRAME = 1 << 30
 
 
 @dataclass(frozen=True)
 class RankPipes:
-    """File descriptors a rank keeps; every other inherited descriptor is closed."""
+    """Descriptors a rank keeps; every other inherited descriptor is closed."""
 
-    control: int  # runner -> rank frames
-    result: int  # rank -> runner frames
+    control: int  # session -> rank frames
+    result: int  # rank -> session frames
     output: int  # the rank's stdout and stderr
     stacks: int  # faulthandler dumps on SIGUSR1
+    status: int  # memfd of this rank's status slot
 
 
 @dataclass(frozen=True)
@@ -44,8 +61,26 @@ class RankSetup:
     world_size: int
     store_path: str
     sandbox: str
-    scratch: str
-    isolation: Any  # grader.sandbox.isolation.IsolationConfig, or None where that module is absent
+    cgroups: tuple[str, ...]  # cgroup.procs files this rank joins
+    isolation: isolation.IsolationConfig | None
+
+
+def setup_from(request: Any, rank: int) -> RankSetup:
+    """This rank's setup from the zygote's group request."""
+    own = request.ranks[rank]
+    cfg = None
+    if request.isolation is not None:
+        fields = {**request.isolation, "scratch": Path(own["scratch"]), "uid": own["uid"], "gid": own["gid"]}
+        fields["sandbox"] = Path(fields["sandbox"])
+        fields["allow_read"] = tuple(Path(p) for p in fields["allow_read"])
+        fields["hide"] = tuple(Path(p) for p in fields["hide"])
+        cfg = isolation.IsolationConfig(**fields)
+    return RankSetup(rank, request.world_size, request.store, request.sandbox, tuple(own["cgroups"]), cfg)
+
+
+def preload() -> None:
+    """Zygote side, once: work every rank would otherwise repeat."""
+    syscalls.preload()
 
 
 class StudentImportError(Exception):
@@ -56,10 +91,9 @@ class Student:
     """Lazily imported student modules.  A broken ``collectives.py`` is replaced by a placeholder
     so that ``transformer.py`` (which imports ``my_all_to_all`` from it) can still be graded."""
 
-    def __init__(self, sandbox: str, status: StatusBoard, rank: int) -> None:
+    def __init__(self, sandbox: str, status: StatusSlot) -> None:
         self.sandbox = sandbox
         self.status = status
-        self.rank = rank
         self.errors: dict[str, str] = {}
 
     def module(self, name: str) -> Any:
@@ -69,7 +103,7 @@ class Student:
             return sys.modules[name]
         import importlib
 
-        self.status.set(self.rank, StatusBoard.IMPORTING, f"importing {name}")
+        self.status.set(StatusSlot.IMPORTING, f"importing {name}")
         try:
             if name == "src.transformer":
                 self.module_or_placeholder("src.collectives")
@@ -79,7 +113,7 @@ class Student:
             sys.modules.pop(name, None)
             raise StudentImportError(self.errors[name]) from None
         finally:
-            self.status.set(self.rank, StatusBoard.RUNNING, "")
+            self.status.set(StatusSlot.RUNNING, "")
 
     def module_or_placeholder(self, name: str) -> None:
         try:
@@ -104,7 +138,7 @@ def _placeholder(name: str, reason: str) -> Any:
 
 def describe_import_error(exc: BaseException, sandbox: str) -> str:
     if isinstance(exc, SyntaxError):
-        where = Path(exc.filename or "?").name
+        where = Path(str(exc.filename or "?")).name
         caret = ""
         if exc.text:
             caret = "\n    " + exc.text.rstrip("\n") + "\n    " + " " * max((exc.offset or 1) - 1, 0) + "^"
@@ -132,32 +166,29 @@ def classify(exc: BaseException, sandbox: str) -> tuple[str, str]:
     text = str(exc)
     if isinstance(exc, MemoryError) or "can't allocate memory" in text or "DefaultCPUAllocator" in text:
         return "memory", "memory limit exceeded" + student_frames(exc, sandbox)
-    if isinstance(exc, BadReturn):
+    if type(exc).__name__ == "BadReturn":
         return "bad_return", text
     if isinstance(exc, SystemExit):
         return "exception", f"the code called sys.exit({exc.code!r})" + student_frames(exc, sandbox)
     return "exception", f"{type(exc).__name__}: {text[:500]}" + student_frames(exc, sandbox)
 
 
-#: Exit status of a rank whose *grader* code failed; the runner reports it as a grader error.
-GRADER_FAILURE = 70
-
-
-def main(setup: RankSetup, pipes: RankPipes, status: StatusBoard) -> None:
-    """Entry point in the forked child.  Never returns."""
-    code = 0
+def main(setup: RankSetup, pipes: RankPipes) -> None:
+    """Entry point in the forked rank.  Never returns."""
+    code = 1
     try:
-        _prepare_process(setup, pipes)
-        _serve(setup, pipes, status)
-    except BaseException:  # anything here is a grader failure inside the rank: report on stderr
+        _prepare_process(pipes)
+        _serve(setup, pipes)
+        code = 0
+    except BaseException:  # reported on the rank's output; the session sees only that it ended
         traceback.print_exc()
-        code = GRADER_FAILURE
     finally:
         os._exit(code)
 
 
-def _prepare_process(setup: RankSetup, pipes: RankPipes) -> None:
-    os.setsid()  # own session: the terminal's Ctrl-C goes to the grader, which tears ranks down
+def _prepare_process(pipes: RankPipes) -> None:
+    isolation.die_with_parent(os.getppid(), signal.SIGKILL)
+    os.setsid()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
     # SIGPIPE stays ignored (Python's default): a peer that died must surface as an exception here,
@@ -167,7 +198,7 @@ def _prepare_process(setup: RankSetup, pipes: RankPipes) -> None:
     os.dup2(devnull, 0)
     os.dup2(pipes.output, 1)
     os.dup2(pipes.output, 2)
-    keep = {0, 1, 2, pipes.control, pipes.result, pipes.stacks}
+    keep = {0, 1, 2, pipes.control, pipes.result, pipes.stacks, pipes.status}
     for fd in _open_fds():
         if fd not in keep:
             try:
@@ -177,12 +208,7 @@ def _prepare_process(setup: RankSetup, pipes: RankPipes) -> None:
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the process
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     faulthandler.register(signal.SIGUSR1, file=pipes.stacks, all_threads=True, chain=False)
-    torch.set_num_threads(1)
-    for key in [k for k in os.environ if k.startswith("GRADER_")]:
-        del os.environ[key]  # the input salt and paths are the runner's business
-    os.environ.update(
-        {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "HOME": setup.scratch, "TMPDIR": setup.scratch}
-    )
+    os.environ.update({"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"})
 
 
 def _open_fds() -> list[int]:
@@ -192,50 +218,41 @@ def _open_fds() -> list[int]:
         return list(range(3, 256))
 
 
-def _serve(setup: RankSetup, pipes: RankPipes, status: StatusBoard) -> None:
-    from grader.sandbox import guard as guard_mod
-
-    if setup.isolation is not None:
-        from grader.sandbox import isolation
-
-        isolation.prepare(setup.isolation)  # namespaces need the single-threaded, pre-Gloo process
-    store = dist.FileStore(setup.store_path, setup.world_size)
+def _serve(setup: RankSetup, pipes: RankPipes) -> None:
+    status = StatusSlot(pipes.status)
+    for procs in setup.cgroups:  # first: everything this rank allocates from now on is counted
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+    cfg = setup.isolation
+    if cfg is not None:
+        cfg = dataclasses.replace(cfg, keep_fds=(*cfg.keep_fds, pipes.status))
+        isolation.prepare(cfg)  # namespaces need the single-threaded, pre-Gloo process
     dist.init_process_group(
         "gloo",
-        store=store,
+        store=dist.FileStore(setup.store_path, setup.world_size),
         rank=setup.rank,
         world_size=setup.world_size,
         timeout=datetime.timedelta(seconds=120),
     )
-    layers = _isolate(setup)
-    guard = guard_mod.install(setup.rank, setup.sandbox, lambda state, text: status.set(setup.rank, state, text))
-    os.chdir(setup.scratch)
+    sockets = isolation.tcp_connections()
+    layers = dict(isolation.enter(cfg)) if cfg is not None else {"isolation": "off: no isolation configured"}
+    rank_guard = guard.install(setup.rank, setup.sandbox, status.set)
+    layers["seccomp"] = syscalls.install()
+    layers["audit_hooks"] = audit.install()
     sys.path.append(setup.sandbox)  # appended: the student's package never shadows site-packages
-    student = Student(setup.sandbox, status, setup.rank)
+    student = Student(setup.sandbox, status)
     out = os.fdopen(pipes.result, "wb", buffering=0)
-    out.write(wire.encode({"status": "ready", "isolation": layers}))
+    out.write(wire.encode({"status": "ready", "isolation": layers, "connections": sockets}))
     control = os.fdopen(pipes.control, "rb", buffering=0)
-    reader = wire.FrameReader(max_bytes=1 << 30)
+    reader = wire.FrameReader(max_bytes=MAX_CONTROL_FRAME)
     while True:
         frame = _read_frame(control, reader)
         if frame is None or frame.header.get("op") != "case":
             return
-        status.set(setup.rank, StatusBoard.RUNNING, "")
-        header, tensors = _run_case(frame, student, guard, setup.sandbox)
-        status.set(setup.rank, StatusBoard.DONE, "")
-        try:
-            payload = wire.encode(header, tensors)
-        except wire.WireError as exc:
-            payload = wire.encode({**header, "status": "bad_return", "message": str(exc)})
-        out.write(payload)
-
-
-def _isolate(setup: RankSetup) -> dict[str, str]:
-    if setup.isolation is None:
-        return {"isolation": "off: grader.sandbox.isolation is not available"}
-    from grader.sandbox import isolation
-
-    return dict(isolation.enter(setup.isolation))
+        status.set(StatusSlot.RUNNING, "")
+        reply = _in_student_thread(_run_case, frame, student, rank_guard, setup.sandbox)
+        status.set(StatusSlot.DONE, "")
+        out.write(reply)
 
 
 def _read_frame(stream: Any, reader: wire.FrameReader) -> wire.Frame | None:
@@ -248,11 +265,35 @@ def _read_frame(stream: Any, reader: wire.FrameReader) -> wire.Frame | None:
             return frames[0]
 
 
-def _run_case(
-    frame: wire.Frame, student: Student, guard: Any, sandbox: str
-) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def _in_student_thread(fn: Any, *args: Any) -> bytes:
+    """Run ``fn(*args)`` on a fresh thread and return the reply it encoded."""
+    box: list[Any] = []
+    done = _thread.allocate_lock()
+    done.acquire()
+    _thread.start_new_thread(_trampoline, (fn, args, box, done))
+    done.acquire()
+    reply = box[0] if box else None
+    if type(reply) is not bytes:  # the case's thread was tampered with: whatever it left is no reply
+        return wire.encode({"status": "exception", "message": "the case ended without a reply"})
+    return reply
+
+
+def _trampoline(fn: Any, args: tuple[Any, ...], box: list[Any], done: Any) -> None:
+    """The first frame of a case's thread: nothing above it but the interpreter."""
+    try:
+        box.append(fn(*args))
+    except BaseException:  # a reply could not even be encoded: the case says so
+        box.append(wire.encode({"status": "exception", "message": "the case ended without a reply"}))
+    finally:
+        done.release()
+
+
+def _run_case(frame: wire.Frame, student: Student, rank_guard: guard.Guard, sandbox: str) -> bytes:
+    """Run one case (on the case's thread) and encode its reply."""
+    from grader.packs.a9.bodies import BODIES, MODULE_OF
+
     head = frame.header
-    guard.begin_case(frozenset(head.get("allowed", [])), bool(head.get("keep_events")), float(head["t0"]))
+    rank_guard.begin_case(frozenset(head.get("allowed", [])), bool(head.get("keep_events")), float(head["t0"]))
     kind = head["kind"]
     for name, reason in head.get("broken", {}).items():  # failed or hung in an earlier case: never retried
         if name not in sys.modules:
@@ -260,13 +301,15 @@ def _run_case(
     tensors: dict[str, torch.Tensor] = {}
     try:
         student.module(MODULE_OF[kind])
-        with torch.no_grad():
+        with torch.no_grad():  # grad mode is per thread
             tensors = BODIES[kind](student, head.get("params", {}), frame.tensors)
         status, message = "ok", ""
-    except BaseException as exc:  # the verdict is decided by the runner from this report
+    except BaseException as exc:  # the verdict is decided by the session from this report
         status, message = classify(exc, sandbox)
-    trace = guard.trace
-    return (
-        {"status": status, "message": message[:4000], "trace": trace.summary(), "events": trace.events},
-        tensors,
-    )
+    trace = rank_guard.trace
+    header: dict[str, Any] = {"status": status, "message": str.__str__(message)[:4000], "trace": trace.summary()}
+    header["events"] = trace.events
+    try:
+        return wire.encode(header, tensors)
+    except (wire.WireError, TypeError, ValueError, RuntimeError) as exc:
+        return wire.encode({**header, "status": "bad_return", "message": str(exc)[:4000]})

@@ -4,11 +4,15 @@ A frame is ``u32 header length | header JSON | raw tensor bytes...``.  The heade
 tensor's name, dtype, shape and byte count; the bytes follow in that order.  Tensors are rebuilt
 with ``torch.frombuffer`` from a whitelisted dtype, so nothing a student process sends is ever
 unpickled, and every length is checked against a cap before memory is committed to it.
+
+Every way a frame can be malformed is a :class:`WireError` (never a ``RecursionError`` or
+``TypeError`` escaping to the caller): a header nested deeper than :data:`MAX_DEPTH`, a header
+that is not a JSON object, a tensor entry of the wrong shape.  A reader that raised is spent: the
+caller replaces the sender, since the stream is out of step from then on.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import math
 import struct
@@ -32,6 +36,7 @@ DTYPES: dict[str, torch.dtype] = {
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 MAX_HEADER_BYTES = 4 << 20
+MAX_DEPTH = 16  # a reply is at most a few levels deep; a deeper one is hostile
 _LEN = struct.Struct("<I")
 
 
@@ -51,13 +56,20 @@ def encode(header: dict[str, Any], tensors: dict[str, torch.Tensor] | None = Non
     for name, tensor in tensors.items():
         if tensor.dtype not in DTYPE_NAMES:
             raise WireError(f"{name}: dtype {tensor.dtype} cannot be sent")
-        flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-        # straight from the tensor's memory: torch does not depend on NumPy, so neither may we
-        raw = ctypes.string_at(flat.data_ptr(), flat.numel() * flat.element_size()) if flat.numel() else b""
         entries.append({"name": name, "dtype": dtype_name(tensor.dtype), "shape": list(tensor.shape)})
-        chunks.append(raw)
+        chunks.append(_raw_bytes(tensor))
     head = json.dumps({**header, "tensors": entries}, separators=(",", ":")).encode()
     return b"".join([_LEN.pack(len(head)), head, *chunks])
+
+
+def _raw_bytes(tensor: torch.Tensor) -> bytearray:
+    """The tensor's bytes in C order, copied through a byte view: no NumPy (torch does not depend
+    on it) and no ctypes (a rank's audit hook refuses it)."""
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    raw = bytearray(flat.numel() * flat.element_size())
+    if raw:
+        torch.frombuffer(raw, dtype=torch.uint8).copy_(flat.view(torch.uint8))
+    return raw
 
 
 @dataclass
@@ -97,12 +109,7 @@ class FrameReader:
             if len(self._buf) < _LEN.size + head_len:
                 return None
             self._head_end = _LEN.size + head_len
-            try:
-                header = json.loads(bytes(self._buf[_LEN.size : self._head_end]))
-            except ValueError as exc:
-                raise WireError(f"malformed header: {exc}") from None
-            if not isinstance(header, dict) or not isinstance(header.get("tensors", []), list):
-                raise WireError("malformed header")
+            header = _parse_header(bytes(self._buf[_LEN.size : self._head_end]))
             self._need = self._head_end + sum(_nbytes(e) for e in header.get("tensors", []))
             if self._need > self.max_bytes:
                 raise WireError(f"result of {self._need} bytes exceeds the cap of {self.max_bytes}")
@@ -122,6 +129,32 @@ class FrameReader:
         del self._buf[: self._need]
         self._header, self._need = None, None
         return Frame(header, tensors)
+
+
+def _parse_header(data: bytes) -> dict[str, Any]:
+    try:
+        header = json.loads(data)
+    except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than the C stack allows
+        raise WireError(f"malformed header: {str(exc)[:200]}") from None
+    if not isinstance(header, dict) or not isinstance(header.get("tensors", []), list):
+        raise WireError("malformed header")
+    if _depth(header) > MAX_DEPTH:
+        raise WireError(f"malformed header: nested deeper than {MAX_DEPTH} levels")
+    return header
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of parsed JSON, iteratively (the value may be thousands of levels deep)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            if level > MAX_DEPTH:
+                return level
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _nbytes(entry: Any) -> int:

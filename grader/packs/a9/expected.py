@@ -2,15 +2,14 @@
 
 Inputs are made here and *sent* to the ranks, so a rank sees only its own input, and expected
 values come from the grader's own code (``reference_model.py`` for the transformer), never from
-the student's ``forward``.  Data are seeded from the case id and a salt (``GRADER_INPUT_SALT``,
-set by the instructor for the grade of record), so a run is reproducible while a rank cannot
-recompute its peers' inputs.
+the student's ``forward``.  Data are seeded from the case id and a salt that only the matrix
+session holds (random per grading, or the instructor's secret for a reproducible regrade), so a
+rank can neither recompute its peers' inputs nor the expected outputs.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,6 +18,8 @@ import torch
 from grader.packs.a9 import reference_model
 from grader.packs.a9.catalog import Case
 from grader.sandbox.wire import DTYPES
+
+_Preparer = Callable[[Case, torch.Generator], "Prepared"]
 
 
 @dataclass
@@ -31,8 +32,7 @@ class Prepared:
     tolerance: dict[str, float] = field(default_factory=dict)  # rtol/atol for floating outputs
 
 
-def generator(case: Case, salt: str | None = None) -> torch.Generator:
-    salt = salt if salt is not None else os.environ.get("GRADER_INPUT_SALT", "a9")
+def generator(case: Case, salt: str) -> torch.Generator:
     digest = hashlib.sha256(f"{salt}|{case.name}".encode()).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
 
@@ -64,17 +64,16 @@ def _tolerance(dtype: str, ws: int) -> dict[str, float]:
     return {"rtol": 0.0, "atol": 0.0}
 
 
-def prepare(case: Case) -> Prepared:
-    return _PREPARERS[case.kind](case)
+def prepare(case: Case, salt: str) -> Prepared:
+    return _PREPARERS[case.kind](case, generator(case, salt))
 
 
-def _per_rank_inputs(case: Case) -> list[torch.Tensor]:
-    gen = generator(case)
+def _per_rank_inputs(case: Case, gen: torch.Generator) -> list[torch.Tensor]:
     return [_data(gen, _wire_shape(case), case.params["dtype"]) for _ in range(case.world_size)]
 
 
-def _broadcast(case: Case) -> Prepared:
-    xs = _per_rank_inputs(case)
+def _broadcast(case: Case, gen: torch.Generator) -> Prepared:
+    xs = _per_rank_inputs(case, gen)
     src = xs[case.params["src"]]
     return Prepared(
         inputs=[{"x": x} for x in xs],
@@ -90,8 +89,8 @@ def _sum(xs: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack(xs).sum(0)
 
 
-def _allreduce(case: Case) -> Prepared:
-    xs = _per_rank_inputs(case)
+def _allreduce(case: Case, gen: torch.Generator) -> Prepared:
+    xs = _per_rank_inputs(case, gen)
     total = _logical(_sum(xs), case)
     return Prepared(
         inputs=[{"x": x} for x in xs],
@@ -101,8 +100,8 @@ def _allreduce(case: Case) -> Prepared:
     )
 
 
-def _allgather(case: Case) -> Prepared:
-    xs = _per_rank_inputs(case)
+def _allgather(case: Case, gen: torch.Generator) -> Prepared:
+    xs = _per_rank_inputs(case, gen)
     gathered = torch.cat([_logical(x, case) for x in xs], dim=0)
     return Prepared(
         inputs=[{"x": x} for x in xs],
@@ -112,8 +111,8 @@ def _allgather(case: Case) -> Prepared:
     )
 
 
-def _reduce_scatter(case: Case) -> Prepared:
-    xs = _per_rank_inputs(case)
+def _reduce_scatter(case: Case, gen: torch.Generator) -> Prepared:
+    xs = _per_rank_inputs(case, gen)
     chunks = _logical(_sum(xs), case).chunk(case.world_size, dim=0)
     return Prepared(
         inputs=[{"x": x} for x in xs],
@@ -135,8 +134,7 @@ def expected_all_to_all(xs: list[torch.Tensor], scatter_dim: int, gather_dim: in
     return [torch.cat([x.chunk(ws, dim=scatter_dim)[r] for x in xs], dim=gather_dim) for r in range(ws)]
 
 
-def _all_to_all(case: Case) -> Prepared:
-    gen = generator(case)
+def _all_to_all(case: Case, gen: torch.Generator) -> Prepared:
     shape = all_to_all_shape(case)
     transposed = case.params.get("layout") == "transposed"
     wire = shape[:-2] + shape[-2:][::-1] if transposed else shape
@@ -151,32 +149,31 @@ def _all_to_all(case: Case) -> Prepared:
     )
 
 
-def _inplace(kind: str) -> Callable[[Case], Prepared]:
-    def prepare_inplace(case: Case) -> Prepared:
+def _inplace(kind: str) -> _Preparer:
+    def prepare_inplace(case: Case, gen: torch.Generator) -> Prepared:
         shaped = Case(case.test, case.id, case.world_size, kind, {**case.params, "dtype": "float32", "shape": [3, 4]})
-        prepared = _PREPARERS[kind](shaped)
+        prepared = _PREPARERS[kind](shaped, gen)
         prepared.expected = [{"arg": e["out"]} for e in prepared.expected]
         return prepared
 
     return prepare_inplace
 
 
-def _untouched(kind: str) -> Callable[[Case], Prepared]:
+def _untouched(kind: str) -> _Preparer:
     """The input of every rank must read the same after the call: the op has no right to it."""
 
-    def prepare_untouched(case: Case) -> Prepared:
+    def prepare_untouched(case: Case, gen: torch.Generator) -> Prepared:
         params = {**case.params, "dtype": "float32", "shape": [4, 3]}
         shaped = Case(case.test, case.id, case.world_size, kind, params)
-        prepared = _PREPARERS[kind](shaped)
+        prepared = _PREPARERS[kind](shaped, gen)
         prepared.expected = [{"arg": inp["x"]} for inp in prepared.inputs]
         return prepared
 
     return prepare_untouched
 
 
-def _transformer(case: Case) -> Prepared:
+def _transformer(case: Case, gen: torch.Generator) -> Prepared:
     p = case.params
-    gen = generator(case)
     weights = reference_model.random_weights(p["d_model"], 2 * p["d_model"], gen)
     x = torch.randn(p["batch"], p["seq"], p["d_model"], generator=gen)
     y = reference_model.forward(weights, x, p["n_heads"])
@@ -192,7 +189,7 @@ def _transformer(case: Case) -> Prepared:
     return Prepared(inputs, [{"out": y} for _ in range(ws)], x.numel() * 4, tol)
 
 
-_PREPARERS: dict[str, Callable[[Case], Prepared]] = {
+_PREPARERS: dict[str, _Preparer] = {
     "broadcast": _broadcast,
     "allreduce": _allreduce,
     "allgather": _allgather,

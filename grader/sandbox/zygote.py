@@ -1,0 +1,220 @@
+"""Rank side: the zygote every rank group is forked from.  Run as ``python -I -m grader.sandbox.zygote``.
+
+Why a zygote: a rank forked from the matrix session would inherit everything the session holds
+(the catalog, the expected values, the salt, the session's own frames).  The zygote is a freshly
+exec'd interpreter with a scrubbed environment that imports torch, the rank runtime
+(``grader.sandbox``) and one pack's rank-side bodies, and nothing else; forking from it keeps the
+~0.1 s group start of a torch-loaded parent without any of the session's memory.
+
+The process tree of one group, all of it below the zygote::
+
+    zygote                      one per matrix session; dies with the session (PDEATHSIG)
+      leader                    one per group: joins the group's network namespace and cgroups,
+        init                    pid 1 of a new PID namespace (root) or the leader itself (not root)
+          rank 0 .. rank N-1    student code runs only here (see ``grader.sandbox.rank``)
+
+``init`` forks the ranks, reports each rank's end (exit status or signal) to the session on a
+pipe, and reaps whatever the ranks leave behind.  With a PID namespace, ``kill(-1)`` and every
+orphan stay inside it, and when the session kills the leader the kernel ends the whole namespace.
+Without one (no root), init is a child subreaper that kills every descendant when it is told to
+stop or its parent dies.
+
+Protocol: the session sends one request per group on a ``SOCK_SEQPACKET`` socket: a JSON object
+(see :class:`GroupRequest`) with the rank processes' descriptors attached (``SCM_RIGHTS``).  The
+zygote answers ``{"leader": pid}``.  Nothing the zygote receives decides a grade: it is told where
+the ranks' pipes are, never what a case expects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import signal
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+MAX_REQUEST = 1 << 16
+MAX_FDS = 253  # SCM_RIGHTS' limit per message
+FDS_PER_RANK = 5  # control (read end), result, output, stacks (write ends), status slot (memfd)
+
+
+@dataclass(frozen=True)
+class GroupRequest:
+    """What the session asks for: one rank group.  Descriptors arrive alongside, in this order:
+    ``FDS_PER_RANK`` per rank, then the init report pipe, then the network namespace (optional)."""
+
+    world_size: int
+    store: str  # the FileStore path of the group's Gloo rendezvous
+    sandbox: str
+    ranks: list[dict[str, Any]]  # per rank: scratch, uid, gid, cgroups (cgroup.procs paths to join)
+    cgroups: list[str]  # cgroup.procs paths the whole group joins (pids)
+    isolation: dict[str, Any] | None  # IsolationConfig fields common to the ranks; None: no layers
+    pid_namespace: bool  # root: give the group its own PID namespace
+    netns: bool  # a network namespace descriptor follows the report pipe
+
+    @classmethod
+    def parse(cls, data: bytes) -> GroupRequest:
+        return cls(**json.loads(data))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--parent", type=int, required=True)
+    parser.add_argument("--socket", type=int, required=True)
+    parser.add_argument("--bodies", required=True, help="the pack's rank-side module, e.g. grader.packs.a9.bodies")
+    args = parser.parse_args()
+    from grader.sandbox import isolation
+
+    isolation.die_with_parent(args.parent, signal.SIGKILL)
+    _preload(args.bodies)
+    sock = socket.socket(fileno=args.socket)
+    sock.send(json.dumps({"ready": os.getpid()}).encode())
+    serve(sock, args.bodies)
+
+
+def _preload(bodies: str) -> None:
+    """Everything a rank needs, imported once here so that forked ranks share it (copy on write)."""
+    import torch
+    import torch.distributed
+
+    torch.set_num_threads(1)
+    importlib.import_module(bodies)
+    from grader.sandbox import audit, rank
+
+    audit.preload()
+    rank.preload()
+
+
+def serve(sock: socket.socket, bodies: str) -> None:
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    while True:
+        _reap_leaders()
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, MAX_FDS)
+        except InterruptedError:
+            continue
+        if not data:
+            os._exit(0)  # the session closed its end
+        request = GroupRequest.parse(data)
+        pid = os.fork()
+        if pid == 0:
+            sock.close()
+            leader(request, fds, bodies)  # never returns
+        for fd in fds:
+            os.close(fd)
+        sock.send(json.dumps({"leader": pid}).encode())
+
+
+def _reap_leaders() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def leader(request: GroupRequest, fds: list[int], bodies: str) -> None:
+    """The group leader (never returns): enter the group's network namespace and cgroups, then
+    start init, in a new PID namespace when root."""
+    from grader.sandbox import isolation
+
+    code = 1
+    try:
+        isolation.die_with_parent(os.getppid(), signal.SIGTERM)
+        os.setsid()
+        n = request.world_size * FDS_PER_RANK
+        report, netns = fds[n], (fds[n + 1] if request.netns else None)
+        if netns is not None:
+            isolation.join_network_namespace(netns)
+            os.close(netns)
+        for procs in request.cgroups:
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+        pid_namespace = isolation.new_pid_namespace() if request.pid_namespace else "off: needs root"
+        _send(report, {"pid_namespace": pid_namespace})
+        if pid_namespace == "on":
+            child = os.fork()
+            if child == 0:
+                init(request, fds[:n], report, pid_namespace=True)
+            for fd in fds[: n + 1]:  # the ranks' pipes must close when the ranks end, not with us
+                os.close(fd)
+            _wait_for(child)
+        else:
+            init(request, fds[:n], report, pid_namespace=False)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _wait_for(child: int) -> None:
+    while True:
+        try:
+            os.waitpid(child, 0)
+            return
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+
+
+def init(request: GroupRequest, fds: list[int], report: int, pid_namespace: bool) -> None:
+    """Fork the ranks, then report each rank's end and reap everything else, until stopped."""
+    from grader.sandbox import isolation, rank
+
+    isolation.die_with_parent(os.getppid(), signal.SIGKILL if pid_namespace else signal.SIGTERM)
+    if not pid_namespace:  # orphans come back to us; a stop signal takes all of them down
+        isolation.become_subreaper()
+        signal.signal(signal.SIGTERM, _stop)
+    ranks: dict[int, int] = {}
+    for r in range(request.world_size):
+        own = fds[r * FDS_PER_RANK : (r + 1) * FDS_PER_RANK]
+        pid = os.fork()
+        if pid == 0:
+            os.close(report)
+            for fd in fds:
+                if fd not in own:
+                    os.close(fd)
+            rank.main(rank.setup_from(request, r), rank.RankPipes(*own))  # never returns
+        ranks[pid] = r
+        _send(report, {"rank": r, "pid": pid})
+    for fd in fds:
+        os.close(fd)
+    while ranks:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        r = ranks.pop(pid, -1)
+        if r < 0:
+            continue  # an orphan the ranks left behind
+        if os.WIFSIGNALED(status):
+            _send(report, {"rank": r, "signal": os.WTERMSIG(status)})
+        else:
+            _send(report, {"rank": r, "exit": os.WEXITSTATUS(status)})
+    _stop()
+
+
+def _send(fd: int, message: dict[str, Any]) -> None:
+    try:
+        os.write(fd, json.dumps(message).encode() + b"\n")
+    except OSError:
+        pass  # the session is gone; PDEATHSIG ends us next
+
+
+def _stop(*_: Any) -> None:
+    """Every rank has ended, or the session stopped the group: take every descendant down."""
+    from grader.sandbox.isolation import reap_descendants
+
+    reap_descendants()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
