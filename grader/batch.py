@@ -46,6 +46,7 @@ from typing import Any, TextIO
 import yaml
 
 from grader import __version__
+from grader.cli import DIE_WITH_PARENT_ENV
 from grader.errors import UserError
 from grader.intake import materialize
 from grader.manual import ManualScores, apply_manual, load_manual
@@ -355,7 +356,12 @@ class _Grader:
                 raise KeyboardInterrupt
             # A session of its own: on timeout the whole group (ranks, pytest, docker client) dies.
             proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, DIE_WITH_PARENT_ENV: str(os.getpid())},  # a killed batch ends its grades
             )
             self._running[proc.pid] = proc
         try:

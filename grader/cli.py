@@ -7,6 +7,8 @@ Exit status: 0 whenever the command did its job (a grade was produced, whatever 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -72,16 +74,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Set by ``grader batch`` for the grades it starts: the parent's pid, whose death ends the grade.
+DIE_WITH_PARENT_ENV = "GRADER_DIE_WITH_PARENT"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so that every finally runs: the matrix session is stopped and
+    # the temporary sandbox removed (the session would die with us anyway: PDEATHSIG).
+    signal.signal(signal.SIGTERM, _terminated)
+    parent = os.environ.pop(DIE_WITH_PARENT_ENV, "")
+    if parent.isdigit():
+        from grader.sandbox.isolation import die_with_parent
+
+        die_with_parent(int(parent), signal.SIGTERM)
     try:
         return _dispatch(args)
+    except KeyboardInterrupt:
+        print("grader: interrupted", file=sys.stderr)
+        return 130
     except UserError as exc:
         print(f"grader: {exc}", file=sys.stderr)
         return 1
     except GraderError as exc:
         print(f"grader: internal error: {exc}", file=sys.stderr)
         return 2
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _dispatch(args: argparse.Namespace) -> int:

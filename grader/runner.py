@@ -9,6 +9,7 @@ picks up the remaining cases; the rounds' JUnit files are merged into one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -28,6 +29,7 @@ from grader.results import Verdict
 
 TEST_FILE = Path(grader.packs.a9.__file__).with_name("test_a9.py")
 MAX_ROUNDS = 4
+STOP_GRACE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -154,9 +156,24 @@ def _session(config: MatrixConfig, workdir: Path, junit: Path, timeout_s: float)
         try:
             code = proc.wait(timeout=max(timeout_s, 1.0))
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            code = proc.wait()
+            code = _stop(proc)
+        except BaseException:  # SIGTERM or Ctrl-C of the grader: the session ends first
+            _stop(proc)
+            raise
     return code, log_path.read_text(errors="replace")[-20000:]
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> int:
+    """End the session: SIGTERM lets it close its groups (namespaces, cgroups, files), then SIGKILL.
+    Whatever it leaves dies with it: the zygote and every group's leader have it as PDEATHSIG."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            return proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.wait()
 
 
 def _ledger(path: Path) -> list[dict[str, Any]]:

@@ -1,10 +1,11 @@
 """The runtime half of the policy: the evasion corpus run for real in rank processes.
 
 Every evasion in ``tests/corpus/policy/evasions`` is a ``collectives.py`` whose header names the
-function that cheats (``# expect: <rule>@<line> in my_allreduce``).  Run through the matrix, the
-cheating function must not pass: the guard names the call (``forbidden``), or, for the one that
-tries to dig the original out of the guard, the attempt itself fails; static analysis reports
-every one of them with a line number (``tests/test_static_checks.py``).
+function that cheats (``# expect: <rule>@<line> in my_allreduce``).  Run through the matrix with
+every layer a grading uses, the cheating function must not pass: the guard names the call
+(``forbidden``), or the collective shows on the measured wire (``tampering``), or, for the one
+that digs through the garbage collector, the audit hook refuses the attempt; static analysis
+reports every one of them with a line number (``tests/test_static_checks.py``).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ CASE_OF = {
     "my_reduce_scatter": "test_reduce_scatter[ws2-float32-8x5]",
     "my_all_to_all": "test_all_to_all[ws2-s2g1-float32]",
 }
-#: Evasions that fail at run time without reaching the guard's stub (they try to unwrap it), so
-#: their verdict is the crash of the failed attempt; the static check reports them.
+#: Evasions refused before they reach any collective (gc is closed to student code), so their verdict
+#: is the crash of the refused attempt; the static check reports them.
 NOT_A_CALL = {"gc_referents"}
 pytestmark = pytest.mark.slow
 
@@ -47,10 +48,12 @@ def test_an_evasion_never_passes_at_run_time(tmp_path: Path, path: Path) -> None
     shutil.copy(path, box / "src" / "collectives.py")
     function = target(path)
     assert function is not None
-    run = run_matrix(box, ["src/collectives.py"], tmp_path / "work", {}, {"1": [], "2": []}, only=[CASE_OF[function]])
+    isolation = {"sandbox": str(box), "memory_mb": 2048, "nproc": 64, "cpu_s": 60, "file_size_mb": 64}
+    only = [CASE_OF[function]]
+    run = run_matrix(box, ["src/collectives.py"], tmp_path / "work", {}, {}, salt="s", isolation=isolation, only=only)
     (case,) = read_junit(run.junit).values()
     if path.stem not in NOT_A_CALL:
-        assert case.verdict.value == "forbidden", case.message
+        assert case.verdict.value in ("forbidden", "tampering"), case.message
         return
     assert case.verdict.value != "pass"
     findings = static_checks.analyze_submission(box, ["src/collectives.py"], STRICT)

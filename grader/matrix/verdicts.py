@@ -63,9 +63,10 @@ class Decision:
     details: str = ""  # long form: stacks, captured output
 
 
-def decide(case: Case, prepared: Prepared, run: CaseRun) -> Decision:
+def decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str] = frozenset()) -> Decision:
+    """The verdict of one case; ``allowed`` are the built-in collectives the case's policy lets through."""
     trace = summarize_trace(run, prepared.tensor_bytes, keep_events=bool(case.params.get("keep_events")))
-    unexplained = tampering(run)
+    unexplained = tampering(run, allowed)
     if unexplained:
         return Decision(Verdict.TAMPERING, unexplained, trace, _details(run))
     for rep in run.ranks:
@@ -77,6 +78,10 @@ def decide(case: Case, prepared: Prepared, run: CaseRun) -> Decision:
         if verdict is Verdict.CRASH and _memory_kill(run):
             verdict = Verdict.MEMORY
         return Decision(verdict, _failure_message(verdict, failures, run), trace, _details(run))
+    for rep, expected in zip(run.ranks, prepared.expected, strict=True):
+        problem = compare(rep.tensors, expected, prepared.tolerance)
+        if problem:
+            return Decision(Verdict.WRONG, f"rank {rep.rank}: {problem}", trace, _details(run))
     if case.task == 1 and case.world_size > 1 and not _communicated(run):
         if _measured(run.traffic):
             return Decision(
@@ -87,18 +92,22 @@ def decide(case: Case, prepared: Prepared, run: CaseRun) -> Decision:
             "no point-to-point message was observed, yet the ranks agreed: communication bypassed send/recv",
             trace,
         )
-    for rep, expected in zip(run.ranks, prepared.expected, strict=True):
-        problem = compare(rep.tensors, expected, prepared.tolerance)
-        if problem:
-            return Decision(Verdict.WRONG, f"rank {rep.rank}: {problem}", trace, _details(run))
     return Decision(Verdict.PASS, "", trace)
 
 
-def tampering(run: CaseRun) -> str:
-    """Why the measured traffic is not what the ranks' records say ("" when it is, or when there is
-    no measurement to hold them to)."""
+def tampering(run: CaseRun, allowed: frozenset[str]) -> str:
+    """Why the measured traffic is not what the policy and the ranks' records allow ("" when it is,
+    or when there is no measurement to hold them to)."""
     traffic = run.traffic
-    if traffic is None or traffic.lost or explains(run.ranks, traffic):
+    if traffic is None or traffic.lost:
+        return ""
+    forbidden = [name for name in traffic.collectives() if name not in allowed]
+    if forbidden:  # the guard raises before a forbidden collective runs: it was patched or bypassed
+        return (
+            f"a built-in {forbidden[0]} ran although this task forbids it, past the grader's guard "
+            "(patched, unwrapped, or reached by a route around torch.distributed's functions)"
+        )
+    if explains(run.ranks, traffic):
         return ""
     if traffic.foreign:
         return f"traffic between the ranks that no send/recv explains: {traffic.foreign[0]}"

@@ -18,7 +18,8 @@ Refused when *student code* asks (see :func:`_requester`):
 Who asks: the innermost frame on the stack that is neither the standard library nor the hook
 itself decides.  A frame whose code object is the runtime's own (collected by :func:`preload` in
 the zygote, compared by identity, so no equal-looking code can pass for it) is the grader; a
-frame in site-packages is a library (torch may use ctypes); anything else is the student's.
+frame in site-packages or of the import system (which unmarshals every ``.pyc`` it loads) is a
+library (torch may use ctypes); anything else is the student's.
 
 The hook cannot be removed (``sys.addaudithook`` has no inverse) and its state lives only in its
 closure, which no Python code can reach: the function object is referenced by the interpreter
@@ -39,6 +40,7 @@ RUNTIME_PREFIXES = ("grader.sandbox", "grader.packs", "grader.policy")
 FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_code"})
 REFUSED = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames"})
 CODE_EVENTS = frozenset({"code.__new__", "function.__new__", "marshal.loads", "marshal.load"})
+IMPORT_SYSTEM = "<frozen importlib._bootstrap"  # _bootstrap and _bootstrap_external
 
 _runtime_codes: tuple[frozenset[int], list[types.CodeType]] | None = None
 
@@ -113,7 +115,7 @@ def _make_hook(
             if id(code) in runtime:
                 return "runtime"
             name = code.co_filename
-            if name.startswith(libraries):
+            if name.startswith(libraries) or name.startswith(IMPORT_SYSTEM):
                 return "library"
             if not name.startswith(stdlib):
                 return "student"

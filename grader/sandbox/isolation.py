@@ -53,8 +53,8 @@ import os
 import platform
 import resource
 import signal
-import socket
 import site
+import socket
 import sys
 import tempfile
 import time

@@ -11,9 +11,10 @@ A rank is forked from a group's init (see ``grader.sandbox.zygote``).  Order mat
 
 Everything up to "ready" is the grader's own code in a process no student code has touched yet,
 so what the ready frame says (layers, sockets) is a fact; everything after it is a claim the
-session checks.  Student code never runs on the main thread: each case runs in a fresh thread
-whose first frame is :func:`_trampoline`, so a student frame's ``f_back`` chain ends there
-instead of reaching the loop that owns the pipes.  Every exit is ``os._exit`` with status 0 (the
+session checks.  Student code never runs on the main thread: cases run on one thread started
+before any student code, whose first frame is :func:`_student_loop`, so a student frame's
+``f_back`` chain ends there instead of reaching the loop that owns the pipes (and a fork bomb
+that uses up the group's tasks cannot keep the next case from running).  Every exit is ``os._exit`` with status 0 (the
 session closed the control pipe) or 1 (anything else): a rank's exit status says nothing but
 "it ended", and only the session declares a grader error.
 """
@@ -241,6 +242,7 @@ def _serve(setup: RankSetup, pipes: RankPipes) -> None:
     layers["audit_hooks"] = audit.install()
     sys.path.append(setup.sandbox)  # appended: the student's package never shadows site-packages
     student = Student(setup.sandbox, status)
+    cases = _StudentThread()
     out = os.fdopen(pipes.result, "wb", buffering=0)
     out.write(wire.encode({"status": "ready", "isolation": layers, "connections": sockets}))
     control = os.fdopen(pipes.control, "rb", buffering=0)
@@ -250,7 +252,7 @@ def _serve(setup: RankSetup, pipes: RankPipes) -> None:
         if frame is None or frame.header.get("op") != "case":
             return
         status.set(StatusSlot.RUNNING, "")
-        reply = _in_student_thread(_run_case, frame, student, rank_guard, setup.sandbox)
+        reply = cases.run(_run_case, frame, student, rank_guard, setup.sandbox)
         status.set(StatusSlot.DONE, "")
         out.write(reply)
 
@@ -265,27 +267,38 @@ def _read_frame(stream: Any, reader: wire.FrameReader) -> wire.Frame | None:
             return frames[0]
 
 
-def _in_student_thread(fn: Any, *args: Any) -> bytes:
-    """Run ``fn(*args)`` on a fresh thread and return the reply it encoded."""
-    box: list[Any] = []
-    done = _thread.allocate_lock()
-    done.acquire()
-    _thread.start_new_thread(_trampoline, (fn, args, box, done))
-    done.acquire()
-    reply = box[0] if box else None
-    if type(reply) is not bytes:  # the case's thread was tampered with: whatever it left is no reply
-        return wire.encode({"status": "exception", "message": "the case ended without a reply"})
-    return reply
+class _StudentThread:
+    """The one thread student code runs on; the main thread hands it one case at a time."""
+
+    def __init__(self) -> None:
+        self.box: list[Any] = []  # [job] in, [reply] out
+        self.go = _thread.allocate_lock()
+        self.done = _thread.allocate_lock()
+        self.go.acquire()
+        self.done.acquire()
+        _thread.start_new_thread(_student_loop, (self.box, self.go, self.done))
+
+    def run(self, fn: Any, *args: Any) -> bytes:
+        self.box[:] = [(fn, args)]
+        self.go.release()
+        self.done.acquire()
+        reply = self.box[0] if len(self.box) == 1 else None
+        if type(reply) is not bytes:  # the thread's state was tampered with: whatever it left is no reply
+            return wire.encode({"status": "exception", "message": "the case ended without a reply"})
+        return reply
 
 
-def _trampoline(fn: Any, args: tuple[Any, ...], box: list[Any], done: Any) -> None:
-    """The first frame of a case's thread: nothing above it but the interpreter."""
-    try:
-        box.append(fn(*args))
-    except BaseException:  # a reply could not even be encoded: the case says so
-        box.append(wire.encode({"status": "exception", "message": "the case ended without a reply"}))
-    finally:
-        done.release()
+def _student_loop(box: list[Any], go: Any, done: Any) -> None:
+    """The first frame of the student's thread: nothing above it but the interpreter."""
+    while True:
+        go.acquire()
+        try:
+            fn, args = box.pop()
+            box.append(fn(*args))
+        except BaseException:  # a reply could not even be encoded: the case says so
+            box[:] = [wire.encode({"status": "exception", "message": "the case ended without a reply"})]
+        finally:
+            done.release()
 
 
 def _run_case(frame: wire.Frame, student: Student, rank_guard: guard.Guard, sandbox: str) -> bytes:

@@ -52,7 +52,8 @@ def parse(header: dict[str, Any], world_size: int) -> Reply:
     """The checked reply, or WireError naming the first rule the header breaks."""
     status = header.get("status")
     if status == "ready":
-        layers = {_text(k, "layer"): _text(v, "layer") for k, v in _mapping(header.get("isolation", {}), "layers").items()}
+        raw = _mapping(header.get("isolation", {}), "layers")
+        layers = {_text(k, "layer"): _text(v, "layer") for k, v in raw.items()}
         connections = tuple(_connection(pair) for pair in _list(header.get("connections", []), "connections", 4096))
         return Reply("ready", layers=layers, connections=connections)
     if status not in CASE_STATUSES:

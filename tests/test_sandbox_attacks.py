@@ -1,0 +1,129 @@
+"""Issue 11's classes of attack, each held by the layer that stops it, case by case.
+
+Each test runs a hostile corpus entry (``tests/corpus/hostile/<name>``, graded end to end with
+exact scores by ``test_hostile_corpus.py``) through the matrix for a few cases, with every layer a
+grading uses, and checks the verdict the session decided and why.  The static check is left out
+on purpose: what is asserted here is what happens at run time, when the attempt is not caught
+before it runs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from grader.packs.a9 import catalog
+from grader.runner import run_matrix
+from grader.scoring import Case, read_junit
+
+CORPUS = Path(__file__).parent / "corpus" / "hostile"
+REFERENCE = Path(__file__).resolve().parents[1] / "reference" / "a9"
+FILES = ["src/collectives.py", "src/transformer.py"]
+ALLOWED = {"1": [], "2": ["all_reduce", "all_gather"]}
+pytestmark = pytest.mark.slow
+
+
+def matrix(
+    tmp_path: Path, tree: Path, prefixes: tuple[str, ...], salt: str = "attack", sizes: tuple[int, ...] = (2, 4)
+) -> dict[str, Case]:
+    """Verdicts of the cases of these world sizes whose id starts with one of ``prefixes``."""
+    box = tmp_path / "sandbox"
+    (box / "src").mkdir(parents=True)
+    (box / "src" / "__init__.py").write_text("")
+    for name in FILES:
+        shutil.copy(tree / name, box / name)
+    only = [c.name for c in catalog.all_cases() if c.name.startswith(prefixes) and c.world_size in sizes]
+    isolation = {"sandbox": str(box), "memory_mb": 2048, "nproc": 64, "cpu_s": 60, "file_size_mb": 64}
+    run = run_matrix(box, FILES, tmp_path / "work", {}, ALLOWED, salt=salt, isolation=isolation, only=only)
+    cases = read_junit(run.junit)
+    assert set(cases) == set(only)
+    return cases
+
+
+def verdicts(cases: dict[str, Case]) -> set[str]:
+    return {case.verdict.value for case in cases.values()}
+
+
+def test_oracle_finds_no_expected_value_to_copy(tmp_path: Path) -> None:
+    """Class 1: nothing in a rank holds an expected value; the grader package is not importable."""
+    cases = matrix(tmp_path, CORPUS / "oracle_expected_values", ("test_reduce_scatter[",))
+    assert verdicts(cases) == {"wrong"}
+
+
+def test_a_patched_guard_cannot_let_a_collective_through(tmp_path: Path) -> None:
+    """Classes 2 and 3: the guard is patched from inside and the trace forged; the wire tells."""
+    cases = matrix(tmp_path, CORPUS / "guard_patched", ("test_allreduce[", "test_tensor_parallel["))
+    assert verdicts(cases) == {"tampering"}
+    allreduce = [c for name, c in cases.items() if name.startswith("test_allreduce[")]
+    assert all("a built-in all_reduce ran although this task forbids it" in c.message for c in allreduce)
+    # Task 2 allows all_reduce, but the forged trace no longer accounts for the traffic
+    tensor_parallel = [c.message for name, c in cases.items() if name.startswith("test_tensor_parallel[")]
+    assert all("no call the grader could see" in m or "account for" in m for m in tensor_parallel), tensor_parallel
+
+
+@pytest.mark.parametrize(
+    ("function", "collective"),
+    [("test_broadcast[", "broadcast"), ("test_allgather[", "all_gather"), ("test_all_to_all[", "all_to_all")],
+)
+def test_routes_around_the_guard_show_on_the_wire(tmp_path: Path, function: str, collective: str) -> None:
+    """Class 2: a private binding, the original kept in a stub's closure, a dispatcher op by name."""
+    cases = matrix(tmp_path, CORPUS / "unguarded_routes", (function,))
+    assert verdicts(cases) == {"tampering"}
+    assert all(f"a built-in {collective} ran" in c.message for c in cases.values())
+
+
+def test_a_trace_of_the_wrong_types_is_that_ranks_crash(tmp_path: Path) -> None:
+    """Class 3: every field of a reply is checked; scoring never sees a wrong type."""
+    cases = matrix(tmp_path, CORPUS / "forged_trace_types", ("test_broadcast[", "test_allgather["))
+    broadcast = {c.verdict.value for n, c in cases.items() if n.startswith("test_broadcast[")}
+    assert broadcast == {"crash"}
+    assert all("malformed reply" in c.message for n, c in cases.items() if n.startswith("test_broadcast["))
+    assert {c.verdict.value for n, c in cases.items() if n.startswith("test_allgather[")} == {"pass"}
+
+
+def test_no_exit_status_or_frame_of_a_rank_makes_a_grader_error(tmp_path: Path) -> None:
+    """Class 4: os._exit(70) and a header nested 200,000 deep are crashes; honest cases after them pass."""
+    prefixes = ("test_allgather[", "test_reduce_scatter[", "test_broadcast[")
+    cases = matrix(tmp_path, CORPUS / "exit_70_and_deep_frame", prefixes)
+    by_function = {p: {c.verdict.value for n, c in cases.items() if n.startswith(p)} for p in prefixes}
+    assert by_function == {"test_allgather[": {"crash"}, "test_reduce_scatter[": {"crash"}, "test_broadcast[": {"pass"}}
+    exits = [c.message for n, c in cases.items() if n.startswith("test_allgather[")]
+    assert all("exited with status 70" in m for m in exits), exits
+
+
+def test_kill_minus_one_reaches_no_other_grading(tmp_path: Path) -> None:
+    """Class 5: two gradings at once; the one that kill(-1)s loses only its own allgather."""
+    honest: dict[str, Case] = {}
+    worker = threading.Thread(
+        target=lambda: honest.update(matrix(tmp_path / "honest", REFERENCE, ("test_allgather[", "test_broadcast[")))
+    )
+    worker.start()
+    hostile = matrix(tmp_path / "hostile", CORPUS / "kill_every_process", ("test_allgather[", "test_broadcast["))
+    worker.join()
+    assert verdicts(honest) == {"pass"}
+    assert {c.verdict.value for n, c in hostile.items() if n.startswith("test_allgather[")} == {"crash"}
+    assert {c.verdict.value for n, c in hostile.items() if n.startswith("test_broadcast[")} == {"pass"}
+
+
+def test_memory_in_a_memfd_is_counted(tmp_path: Path) -> None:
+    """Class 7: 3 GiB written to a memfd, never mapped: the rank's cgroup counts it."""
+    cases = matrix(tmp_path, CORPUS / "memfd_3gib", ("test_allgather[ws2-float32",))
+    assert verdicts(cases) == {"memory"}
+
+
+@pytest.mark.parametrize("tree", ["reference/a9", "reference/a9-naive"])
+def test_honest_code_grades_the_same_under_any_salt(tmp_path: Path, tree: str) -> None:
+    """Secret inputs: the verdicts and the measured traces do not depend on the salt."""
+    root = Path(__file__).resolve().parents[1] / tree
+    prefixes = ("test_allreduce[", "test_all_to_all[", "test_ulysses[", "test_trace_")
+    runs = [matrix(tmp_path / salt, root, prefixes, salt, sizes=(2, 4, 8)) for salt in ("a", "bb", "a9")]
+    assert all(verdicts(run) == {"pass"} for run in runs)
+
+    def measured(run: dict[str, Case]) -> dict[str, dict]:  # every trace field but the events' times
+        return {n: {k: v for k, v in (c.trace or {}).items() if k != "events"} for n, c in run.items() if c.trace}
+
+    assert measured(runs[0]) == measured(runs[1]) == measured(runs[2])
+    assert all(trace["measured"] for trace in measured(runs[0]).values())
