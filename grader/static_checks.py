@@ -760,7 +760,10 @@ class _Resolver:
                 index = int(value[len(prefix) :])
                 found = self.method(index, attr)
                 scope = self.c.classes[index].scope
-                values = self.env.get((scope, attr), set()) | self.env.get((scope, "." + attr), set())
+                on_class = self.env.get((scope, attr), set())
+                if prefix == "<self>":  # a function stored on the class is bound when reached through an instance
+                    on_class = {"<bound>" + v[5:] if v.startswith("<def>") else v for v in on_class}
+                values = on_class | self.env.get((scope, "." + attr), set())
                 return values | ({f"{make}{found}"} if found is not None else set())
         if value.startswith("<"):
             return set()

@@ -195,6 +195,19 @@ def test_a_call_to_a_method_of_the_same_class_is_followed() -> None:
     }
 
 
+def test_a_method_called_through_self_receives_its_arguments_after_self() -> None:
+    # Keeping the group on the object is honest; binding it to `self` made it look like tampering.
+    source = (
+        "import torch.distributed as dist\n"
+        "class Ring:\n"
+        "    def start(self):\n"
+        "        self.attach(dist.group.WORLD)\n"
+        "    def attach(self, group):\n"
+        "        self.group = group\n"
+    )
+    assert found(source) == set()
+
+
 def test_always_forbidden_rules_are_followed_through_helpers_too() -> None:
     source = (
         "import importlib\n"
