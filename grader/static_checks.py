@@ -9,7 +9,10 @@ parameters fed from the file's own call sites, ``self.x = ...`` attributes, retu
 resolved to a set of *values* by a flow-insensitive fixed point: dotted names such as
 ``torch.distributed.all_reduce`` (``distributed_c10d`` folded into ``torch.distributed``), ``<pg>``
 for anything derived from a process group, and markers for the file's own functions and classes.
-A reference is then judged by what it may denote, not by how it is spelled.
+A container is resolved to what it holds, so an item of one (``(dist,)[0]``, ``box.get(k)``,
+``next(iter(box))``) may be anything put in it, also later (``box.append(dist)``, ``box[k] = dist``);
+``sys.modules["name"]`` is the named module.  A reference is then judged by what it may denote, not
+by how it is spelled.
 
 Conventions (shared with the scorer and the runtime findings):
 
@@ -158,6 +161,15 @@ _SENSITIVE_ROOTS = (
 #: The only roots a dotted value can have and still matter to a rule; others are not followed, so
 #: ``x = x.attr`` on an ordinary object cannot grow a value set attribute by attribute.
 _TRACKED_ROOTS = frozenset({"torch", "builtins", "importlib", "sys", "gc", "inspect", "ctypes"})
+#: Containers are resolved to what they hold (``[dist]`` may be what ``dist`` is), so these builtins
+#: return what their arguments hold, these methods (and ``copy``) what their container holds, and
+#: these methods put what they are given into it.
+_ELEMENT_BUILTINS = frozenset(
+    f"builtins.{name}"
+    for name in ("list", "tuple", "set", "frozenset", "dict", "iter", "next", "reversed", "sorted", "min", "max")
+)
+_GETTING_METHODS = frozenset({"get", "pop", "popitem", "popleft", "setdefault", "values", "items", "__getitem__"})
+_STORING_METHODS = frozenset({"append", "appendleft", "extend", "extendleft", "insert", "add", "update", "setdefault"})
 _MAX_DOTS = 8  # longer dotted values are dropped: keeps self-referential bindings finite
 _MAX_VALUES = 2000  # a binding that may denote more things than this is not analysed, but reported
 _MAX_ROUNDS = 40
@@ -227,7 +239,8 @@ def _tracked(value: str) -> bool:
     if value.startswith("<"):  # a marker (process group, own function...): never grows
         return True
     root, depth = value.split(".")[0], value.count(".")
-    return root in _TRACKED_ROOTS and depth <= (2 if root == "builtins" else _MAX_DOTS)
+    # What matters under builtins and sys is one or two names deep (builtins.exec, sys.modules.get).
+    return root in _TRACKED_ROOTS and depth <= (2 if root in ("builtins", "sys") else _MAX_DOTS)
 
 
 def _is_forbidden_module(value: str) -> bool:
@@ -311,6 +324,7 @@ class _Collector(ast.NodeVisitor):
         self.const: list[tuple[_Scope, str, frozenset[str]]] = []
         self.binds: list[tuple[_Scope, str, ast.expr, _Scope]] = []
         self.attr_binds: list[tuple[ast.expr, str, ast.expr, _Scope]] = []
+        self.item_binds: list[tuple[ast.expr, str, ast.expr, _Scope]] = []  # container, method, what it is given
         self.calls: list[tuple[ast.Call, _Scope]] = []
         self.refs: list[_Ref] = []
         self.exempt: set[int] = set()  # ids of alias right-hand sides: a definition is not a use
@@ -354,6 +368,8 @@ class _Collector(ast.NodeVisitor):
             self._bind(target.value, value, alias=False)
         elif isinstance(target, ast.Attribute):
             self.attr_binds.append((target.value, target.attr, value, self.scope))
+        elif isinstance(target, ast.Subscript):
+            self.item_binds.append((target.value, "__setitem__", value, self.scope))
 
     def _enter(self, kind: str, unit: str | None, method_of: int | None = None) -> _Scope:
         previous = self.scope
@@ -596,6 +612,9 @@ class _Collector(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         self.refs.append(_Ref(node, self.scope, self.unit))
         self.calls.append((node, self.scope))
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _STORING_METHODS:
+            for arg in (*node.args, *(keyword.value for keyword in node.keywords)):
+                self.item_binds.append((node.func.value, node.func.attr, arg, self.scope))
         self.generic_visit(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
@@ -645,10 +664,9 @@ class _Resolver:
         for scope, name, expr, expr_scope in self.c.binds:
             changed |= self._add(self._target(scope, name), name, self.resolve(expr, expr_scope))
         for obj, attr, expr, expr_scope in self.c.attr_binds:
-            values = self.resolve(expr, expr_scope)
-            for owner in self.resolve(obj, expr_scope):
-                if owner.startswith("<self>"):
-                    changed |= self._add(self.c.classes[int(owner[6:])].scope, "." + attr, values)
+            changed |= self._store_attribute(obj, attr, self.resolve(expr, expr_scope), expr_scope)
+        for container, method, expr, expr_scope in self.c.item_binds:
+            changed |= self._store_item(container, method, self.resolve(expr, expr_scope), expr_scope)
         for definition in self.c.defs:  # what a call returns is one more equation, not a recursion
             for ret in definition.returns:
                 changed |= self._add(definition.scope, _RETURN, self.resolve(ret, definition.scope))
@@ -663,6 +681,28 @@ class _Resolver:
         if len(current) > _MAX_VALUES:
             raise _TooComplex(f"{name!r} may denote more than {_MAX_VALUES} different things")
         return len(current) != before
+
+    def _store_attribute(self, obj: ast.expr, attr: str, values: set[str], scope: _Scope) -> bool:
+        """``obj.attr = value``: followed where ``obj`` is an instance of a class of this file."""
+        changed = False
+        for owner in self.resolve(obj, scope):
+            if owner.startswith("<self>"):
+                changed |= self._add(self.c.classes[int(owner[6:])].scope, "." + attr, values)
+        return changed
+
+    def _store_item(self, container: ast.expr, method: str, values: set[str], scope: _Scope) -> bool:
+        """``c[k] = value`` or ``c.append(value)``: the container now also holds what ``value`` is,
+        unless it is an object of a class of this file with that method (its parameters receive it)."""
+        for owner in self.resolve(container, scope):
+            if owner.startswith("<self>") and self.method(int(owner[6:]), method) is not None:
+                return False
+        while isinstance(container, ast.Subscript):
+            container = container.value
+        if isinstance(container, ast.Attribute):
+            return self._store_attribute(container.value, container.attr, values, scope)
+        if isinstance(container, ast.Name) and (where := self._binding(container.id, scope)) is not None:
+            return self._add(where, container.id, values)
+        return False
 
     def _target(self, scope: _Scope, name: str) -> _Scope:
         """The scope a binding of ``name`` in ``scope`` really lands in (global/nonlocal)."""
@@ -715,13 +755,20 @@ class _Resolver:
                     return found
         return None
 
-    def lookup(self, name: str, scope: _Scope) -> set[str]:
+    def _binding(self, name: str, scope: _Scope) -> _Scope | None:
+        """The scope whose ``name`` a reference in ``scope`` reads (None: a builtin or star import)."""
         current: _Scope | None = self.c.module if name in scope.globals_ else scope
         first = True
         while current is not None:
             if (first or current.kind != "class") and name in current.bound:
-                return self._linked(self.env.get((current, name), set()))
+                return current
             current, first = current.parent, False
+        return None
+
+    def lookup(self, name: str, scope: _Scope) -> set[str]:
+        where = self._binding(name, scope)
+        if where is not None:
+            return self._linked(self.env.get((where, name), set()))
         return {f"builtins.{name}", *(f"{module}.{name}" for module in self.c.module.star_modules)}
 
     def _sibling(self, value: str) -> tuple[str, list[str]] | None:
@@ -777,8 +824,8 @@ class _Resolver:
             return {v for base in self.resolve(node.value, scope) for v in self.attribute(base, node.attr)}
         if isinstance(node, ast.Call):
             return {v for func in self.resolve(node.func, scope) for v in self._call(func, node, scope)}
-        if isinstance(node, ast.Subscript):  # containers keep what they hold; dotted names do not
-            return {v for v in self.resolve(node.value, scope) if v.startswith("<")}
+        if isinstance(node, ast.Subscript):
+            return self._items(self.resolve(node.value, scope), node.slice)
         if isinstance(node, ast.Lambda):
             return {f"<def>{self.c.lambdas[id(node)]}"}
         children: list[ast.expr] = []
@@ -807,10 +854,34 @@ class _Resolver:
             while owner.parent is not None and owner.method_of is None:
                 owner = owner.parent
             return set() if owner.method_of is None else {f"<super>{owner.method_of}"}
+        if func in _ELEMENT_BUILTINS:
+            held = [*call.args, *(keyword.value for keyword in call.keywords if func == "builtins.dict")]
+            return {v for arg in held for v in self.resolve(arg, scope)}
+        container, _, method = func.rpartition(".")
+        if container not in ("", "builtins"):  # builtins.get is a bare name, not a method
+            if method == "copy":
+                return {container}
+            if method in _GETTING_METHODS:
+                return self._items({container}, call.args[0] if call.args else None)
         module = _const_str(call.args[0]) if call.args else None
         if func in ("importlib.import_module", "builtins.__import__") and module is not None:
             return {_canonical(module), module.split(".")[0]}
         return set()
+
+    @staticmethod
+    def _items(held: Iterable[str], key: ast.expr | None) -> set[str]:
+        """What indexing a value that may be any of ``held`` yields (``key``: the index, if known).
+
+        Containers are resolved to what they hold, so an item of one is any of that; ``sys.modules``
+        maps a constant module name to the module, any other key to nothing this can follow.
+        """
+        items = set()
+        for value in held:
+            if value != "sys.modules":
+                items.add(value)
+            elif (name := _const_str(key)) is not None and _tracked(module := _canonical(name)):
+                items.add(module)
+        return items
 
 
 # ----------------------------------------------------------------------------- judging

@@ -219,6 +219,67 @@ def test_always_forbidden_rules_are_followed_through_helpers_too() -> None:
     assert found(source) == {("dynamic-dist-access", 3, "_load"), ("dynamic-dist-access", 5, "my_allreduce")}
 
 
+# --------------------------------------------------------------------------- containers
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "(dist,)[0]",
+        "[torch.distributed][-1]",
+        '{"d": dist}["d"]',
+        "[dist][:1][0]",
+        'getattr([torch][0], "distributed")',
+        "list((dist,))[0]",
+        "next(iter([dist]))",
+        '{"d": dist}.get("d")',
+        "[dist].pop()",
+    ],
+)
+def test_an_item_of_a_container_may_be_anything_the_container_holds(expression: str) -> None:
+    source = f"import torch\nimport torch.distributed as dist\ndef my_allreduce(t):\n    {expression}.all_reduce(t)\n"
+    assert found(source) == {("forbidden-collective", 4, "my_allreduce")}
+
+
+@pytest.mark.parametrize(
+    "fill",
+    [
+        "BOX.append(dist)",
+        "BOX.extend([dist])",
+        "BOX.insert(0, dist)",
+        'BOX["d"] = dist',
+        "BOX.update(d=dist)",
+        "def _fill():\n    BOX.append(dist)",  # a function fills the module's container
+    ],
+)
+def test_a_container_holds_what_is_put_into_it_later(fill: str) -> None:
+    source = f"import torch.distributed as dist\nBOX = []\n{fill}\ndef my_allreduce(t):\n    BOX[0].all_reduce(t)\n"
+    line = source.splitlines().index("    BOX[0].all_reduce(t)") + 1
+    assert ("forbidden-collective", line, "my_allreduce") in found(source)
+
+
+def test_an_object_of_a_class_of_the_file_holds_only_what_its_methods_keep() -> None:
+    # Its own append receives the group as an argument; the object does not become the group.
+    source = (
+        "import torch.distributed as dist\n"
+        "class Ring:\n"
+        "    def append(self, group):\n"
+        "        self.group = group\n"
+        "    def broadcast(self, t, src):\n"
+        "        dist.send(t, 1)\n"
+        "def my_broadcast(t, src=0):\n"
+        "    ring = Ring()\n"
+        "    ring.append(dist.group.WORLD)\n"
+        "    ring.broadcast(t, src)\n"
+    )
+    assert found(source) == set()
+
+
+def test_sys_modules_indexed_by_a_constant_is_that_module() -> None:
+    source = "import sys\ndef my_allreduce(t):\n    sys.modules['torch.distributed'].all_reduce(t)\n"
+    assert found(source) == {("dynamic-dist-access", 3, "my_allreduce"), ("forbidden-collective", 3, "my_allreduce")}
+
+
 # --------------------------------------------------------------------------- the policy
 
 
