@@ -65,7 +65,7 @@ POLICY_RULES = frozenset({FORBIDDEN_COLLECTIVE, PROCESS_GROUP_METHOD})
 REASONS = {
     FORBIDDEN_COLLECTIVE: "it is a built-in collective; communicate with send/recv/isend/irecv",
     PROCESS_GROUP_METHOD: "it runs a collective on the process group; use send/recv/isend/irecv",
-    FORBIDDEN_MODULE: "that module runs collectives under the hood",
+    FORBIDDEN_MODULE: "it runs collectives under the hood",
     DYNAMIC_DIST_ACCESS: "dynamic access to torch.distributed or code execution cannot be checked",
     GUARD_TAMPERING: "it can unwrap or patch the grader's runtime guard",
     STORE_ACCESS: "the rendezvous store must not carry data; use send/recv",
@@ -84,9 +84,11 @@ DEFAULT_POLICY = Policy(
 
 _DIST = "torch.distributed"
 PG = "<pg>"  # the value of a process group (or anything obtained from one)
+#: Other spellings of the same module, and the name each is known by here.
 _CANONICAL_PREFIXES = (
-    ("torch.distributed.distributed_c10d.", "torch.distributed."),
-    ("torch._C._distributed_c10d.", "torch.distributed."),
+    ("torch.distributed.distributed_c10d", _DIST),
+    ("torch._C._distributed_c10d", _DIST),
+    ("torch._ops.ops", "torch.ops"),
 )
 #: Names that *are* process groups (or hold them); attributes of ``_world`` lead to groups.
 _PG_ROOTS = (
@@ -108,6 +110,12 @@ _PG_FACTORIES = frozenset(
         "_new_group_with_tag",
         "ProcessGroup",
         "ProcessGroupGloo",
+        "_current_process_group",
+        "_group_or_default_group",
+        "_find_pg_by_ranks_and_tag",
+        "_find_or_create_pg_by_ranks_and_tag",
+        "_create_shrunk_process_group",
+        "_finalize_shrunk_group",
     )
 )
 _PG_CLASSES = frozenset({"ProcessGroup", "ProcessGroupGloo", "Backend", "_ProcessGroupWrapper"})
@@ -128,7 +136,31 @@ _STORE_NAMES = frozenset(
 )
 #: Dispatcher op namespaces that run collectives without going through ``torch.distributed``
 #: (static-only: they are not importable modules, so the runtime list cannot hold them).
-_FORBIDDEN_OP_NAMESPACES = ("torch.ops.c10d", "torch.ops.c10d_functional", "torch.ops._c10d_functional")
+_FORBIDDEN_OP_NAMESPACES = (
+    "torch.ops.c10d",
+    "torch.ops.c10d_functional",
+    "torch.ops._c10d_functional",
+    "torch.ops._c10d_functional_autograd",
+    "torch.ops._dtensor",
+    "torch.ops.symm_mem",
+)
+#: Private c10d bindings that communicate without being collectives by name (DDP's bucketed
+#: all-reduce, a parameter check that all-gathers); static-only, like the op namespaces.
+_COMMUNICATING_BINDINGS = tuple(
+    f"{_DIST}.{name}"
+    for name in ("Reducer", "_verify_params_across_processes", "_register_comm_hook", "_register_builtin_comm_hook")
+)
+_FORBIDDEN_PREFIXES = (*FORBIDDEN_MODULES, *_FORBIDDEN_OP_NAMESPACES, *_COMMUNICATING_BINDINGS)
+#: Calls that fetch a dispatcher op by its ``"namespace::name"`` string, as ``torch.ops`` would.
+_OP_LOOKUPS = frozenset(
+    {
+        "torch._C._jit_get_operation",
+        "torch._C._get_operation_overload",
+        "torch._C._dispatch_find_schema_or_throw",
+        "torch._ops._OpNamespace",
+        "torch._library.utils.lookup_op",
+    }
+)
 _DYNAMIC_APIS = frozenset(
     {"builtins.exec", "builtins.eval", "builtins.compile", "builtins.__import__", "builtins.__builtins__"}
 )
@@ -186,7 +218,7 @@ _Key = tuple[str, str]  # (rule, api)
 
 def _canonical(name: str) -> str:
     for prefix, replacement in _CANONICAL_PREFIXES:
-        if name.startswith(prefix):
+        if _under(name, prefix):
             name = replacement + name[len(prefix) :]
     for root in _PG_ROOTS:
         if name == root:
@@ -244,7 +276,7 @@ def _tracked(value: str) -> bool:
 
 
 def _is_forbidden_module(value: str) -> bool:
-    return any(_under(value, module) for module in (*FORBIDDEN_MODULES, *_FORBIDDEN_OP_NAMESPACES))
+    return any(_under(value, module) for module in _FORBIDDEN_PREFIXES)
 
 
 def _describe(value: str) -> str:
@@ -866,6 +898,8 @@ class _Resolver:
         module = _const_str(call.args[0]) if call.args else None
         if func in ("importlib.import_module", "builtins.__import__") and module is not None:
             return {_canonical(module), module.split(".")[0]}
+        if func in _OP_LOOKUPS and module is not None:
+            return {"torch.ops." + module.replace("::", ".")}
         return set()
 
     @staticmethod
@@ -949,6 +983,10 @@ class _Analysis:
         resolve = self.resolver.resolve
         first = resolve(call.args[0], scope) if call.args else set()
         shown = _show(call)
+        if func in _OP_LOOKUPS and call.args:
+            if _const_str(call.args[0]) is None:
+                return [((DYNAMIC_DIST_ACCESS, func), f"{shown} (an operator looked up at run time)")]
+            return self._value_keys(call, resolve(call, scope))
         if func == "builtins.getattr" and len(call.args) >= 2:
             name = _getattr_name(call)
             if name is None:

@@ -280,6 +280,35 @@ def test_sys_modules_indexed_by_a_constant_is_that_module() -> None:
     assert found(source) == {("dynamic-dist-access", 3, "my_allreduce"), ("forbidden-collective", 3, "my_allreduce")}
 
 
+# --------------------------------------------------------------------------- private bindings and dispatcher ops
+
+
+@pytest.mark.parametrize(
+    ("call", "rule"),
+    [
+        ("torch._C._distributed_c10d._broadcast_coalesced(g, [t], 1, 0)", "forbidden-collective"),
+        ("torch._C._distributed_c10d._verify_params_across_processes(g, [t])", "forbidden-module"),
+        ("torch.distributed.Reducer([t], [[0]], [0], g)", "forbidden-module"),
+        ("torch._C._distributed_c10d._current_process_group().allreduce([t])", "process-group-method"),
+        ("torch.distributed.distributed_c10d._group_or_default_group().broadcast([t])", "process-group-method"),
+        ("torch.distributed._functional_collectives_impl._all_reduce(t, 'sum', '', [0], 1)", "forbidden-module"),
+        ("torch.ops._c10d_functional_autograd.all_to_all_single(t, [1], [1], 'g')", "forbidden-module"),
+        ("torch._ops.ops._c10d_functional.all_reduce(t, 'sum', 'g')", "forbidden-module"),
+        ("torch._C._jit_get_operation('_c10d_functional::all_reduce')", "forbidden-module"),
+        ("torch._C._get_operation_overload('c10d::allreduce_', '')", "forbidden-module"),
+        ("torch._ops._OpNamespace('c10d').broadcast_", "forbidden-module"),
+        ("torch._C._jit_get_operation(t.name)", "dynamic-dist-access"),
+    ],
+)
+def test_private_c10d_bindings_and_dispatcher_ops_are_findings(call: str, rule: str) -> None:
+    source = f"import torch\ndef my_allreduce(t, g):\n    {call}\n"
+    assert found(source) == {(rule, 3, "my_allreduce")}
+
+
+def test_an_operator_of_another_namespace_looked_up_by_name_is_fine() -> None:
+    assert found("import torch\ndef my_allreduce(t):\n    torch._C._jit_get_operation('aten::add')\n") == set()
+
+
 # --------------------------------------------------------------------------- the policy
 
 
