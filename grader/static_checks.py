@@ -29,6 +29,12 @@ Conventions (shared with the scorer and the runtime findings):
   another student file that imports it (:func:`analyze_submission` analyses the files together).
 * Collectives a function's policy allows stay allowed in helpers that only it calls, so factoring a
   permitted ``all_gather`` into a helper does not turn it into a violation.
+* The grader is importable where student code runs, so every mention of it (an import, a name or
+  attribute that is one of its modules, its name given to the import machinery) is a
+  ``grader-internals`` finding, and no policy lifts it.  Like every rule it counts against the unit
+  it is in and every function that calls that unit; a mention in module or class-level code also
+  counts against every function and method of the file, which that code runs before.  Under
+  ``on_violation: zero`` each of those functions' items scores 0.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ PROCESS_GROUP_METHOD = "process-group-method"
 DYNAMIC_DIST_ACCESS = "dynamic-dist-access"
 GUARD_TAMPERING = "guard-tampering"
 STORE_ACCESS = "store-access"
+GRADER_INTERNALS = "grader-internals"
 SYNTAX_ERROR = "syntax-error"
 ANALYSIS_ERROR = "analysis-error"  # the file parses but is too deep or too convoluted to analyse
 
@@ -69,6 +76,7 @@ REASONS = {
     DYNAMIC_DIST_ACCESS: "dynamic access to torch.distributed or code execution cannot be checked",
     GUARD_TAMPERING: "it can unwrap or patch the grader's runtime guard",
     STORE_ACCESS: "the rendezvous store must not carry data; use send/recv",
+    GRADER_INTERNALS: "student code must not import, reach into or use the grader",
 }
 
 DEFAULT_STUDENT_FILES = ("src/collectives.py", "src/transformer.py")
@@ -83,6 +91,7 @@ DEFAULT_POLICY = Policy(
 )
 
 _DIST = "torch.distributed"
+GRADER = "grader"  # our own package: importable in the rank processes, never the student's to touch
 PG = "<pg>"  # the value of a process group (or anything obtained from one)
 #: Other spellings of the same module, and the name each is known by here.
 _CANONICAL_PREFIXES = (
@@ -192,7 +201,11 @@ _SENSITIVE_ROOTS = (
 )
 #: The only roots a dotted value can have and still matter to a rule; others are not followed, so
 #: ``x = x.attr`` on an ordinary object cannot grow a value set attribute by attribute.
-_TRACKED_ROOTS = frozenset({"torch", "builtins", "importlib", "sys", "gc", "inspect", "ctypes"})
+_TRACKED_ROOTS = frozenset(
+    {"torch", "builtins", "importlib", "sys", "gc", "inspect", "ctypes", GRADER, "runpy", "pkgutil"}
+)
+#: What loads modules by name: a constant naming a grader module given to one of these is a finding.
+_IMPORT_MACHINERY = ("importlib", "runpy", "pkgutil", "builtins.__import__", "sys.modules")
 #: Containers are resolved to what they hold (``[dist]`` may be what ``dist`` is), so these builtins
 #: return what their arguments hold, these methods (and ``copy``) what their container holds, and
 #: these methods put what they are given into it.
@@ -246,6 +259,8 @@ def _classify(value: str) -> _Key | None:
         return (DYNAMIC_DIST_ACCESS, "ProcessGroup." + member) if member in _NAMESPACE_ATTRS else None
     if value.startswith("<"):
         return None
+    if _under(value, GRADER):
+        return GRADER_INTERNALS, value
     if _is_forbidden_module(value):
         return FORBIDDEN_MODULE, value
     head, _, last = value.rpartition(".")
@@ -650,6 +665,7 @@ class _Collector(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
+        self.refs.append(_Ref(node, self.scope, self.unit))
         if isinstance(node.value, ast.Call) and isinstance(node.ctx, ast.Load):
             self.subscripted[id(node.value)] = node
         self.generic_visit(node)
@@ -895,11 +911,16 @@ class _Resolver:
                 return {container}
             if method in _GETTING_METHODS:
                 return self._items({container}, call.args[0] if call.args else None)
-        module = _const_str(call.args[0]) if call.args else None
-        if func in ("importlib.import_module", "builtins.__import__") and module is not None:
-            return {_canonical(module), module.split(".")[0]}
-        if func in _OP_LOOKUPS and module is not None:
-            return {"torch.ops." + module.replace("::", ".")}
+        name = _const_str(call.args[0]) if call.args else None
+        if name is None:
+            return set()
+        if func == "importlib.import_module":
+            return {_canonical(name)}
+        if func == "builtins.__import__":  # the named module with a fromlist, else its top package
+            fromlist = len(call.args) > 3 or any(keyword.arg == "fromlist" for keyword in call.keywords)
+            return {_canonical(name) if fromlist else name.split(".")[0]}
+        if func in _OP_LOOKUPS:
+            return {"torch.ops." + name.replace("::", ".")}
         return set()
 
     @staticmethod
@@ -954,14 +975,18 @@ class _Analysis:
         found: list[tuple[_Key, str]] = []
         exempt = id(node) in self.collected.exempt
         if isinstance(node, ast.Import | ast.ImportFrom):
-            return [((FORBIDDEN_MODULE, m), f"import {m}") for m in _imported(node) if _is_forbidden_module(m)]
+            return [(key, f"import {m}") for m in _imported(node) if (key := _import_key(m)) is not None]
+        if isinstance(node, ast.Subscript) and "sys.modules" in resolve(node.value, scope):
+            return self._grader_modules(node, [node.slice])
         if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
             owners = resolve(node.value, scope)
             if any(_sensitive(v) for v in owners):
                 target = f"{_describe(sorted(owners)[0])}.{node.attr}"
                 found.append(((GUARD_TAMPERING, target), f"assigning to or deleting {target}"))
-        elif isinstance(node, ast.Name | ast.Attribute) and isinstance(node.ctx, ast.Load) and not exempt:
-            found += self._value_keys(node, resolve(node, scope))
+        elif isinstance(node, ast.Name | ast.Attribute) and isinstance(node.ctx, ast.Load):
+            values = resolve(node, scope)
+            # An alias is not a use, except of the grader: every mention of it is one.
+            found += self._value_keys(node, {v for v in values if _under(v, GRADER)} if exempt else values)
         if isinstance(node, ast.Attribute) and node.attr in _TAMPER_ATTRS:
             found.append(((GUARD_TAMPERING, node.attr), _show(node)))
         if isinstance(node, ast.Call):
@@ -983,6 +1008,8 @@ class _Analysis:
         resolve = self.resolver.resolve
         first = resolve(call.args[0], scope) if call.args else set()
         shown = _show(call)
+        if any(_under(func, machinery) for machinery in _IMPORT_MACHINERY):
+            return self._grader_modules(call, [*call.args, *(keyword.value for keyword in call.keywords)])
         if func in _OP_LOOKUPS and call.args:
             if _const_str(call.args[0]) is None:
                 return [((DYNAMIC_DIST_ACCESS, func), f"{shown} (an operator looked up at run time)")]
@@ -1007,6 +1034,12 @@ class _Analysis:
             api = func.removeprefix("builtins.")
             return [((DYNAMIC_DIST_ACCESS, api), shown)]
         return []
+
+    @staticmethod
+    def _grader_modules(node: ast.AST, args: Iterable[ast.expr]) -> list[tuple[_Key, str]]:
+        """A grader module named to the import machinery (``sys.modules["grader.x"]``, ``runpy``...)."""
+        names = [name for arg in args if (name := _const_str(arg)) is not None and _under(name, GRADER)]
+        return [((GRADER_INTERNALS, names[0]), _show(node))] if names else []
 
     def _harmless_lookup(self, call: ast.Call, scope: _Scope) -> bool:
         """``globals()["CONSTANT"]`` naming something that is not torch.distributed is fine."""
@@ -1077,18 +1110,38 @@ class _Analysis:
             for callee, _ in edges:
                 callers[callee].add(unit)
         pairs: list[tuple[Finding, str]] = []
+        touching: list[tuple[str | None, Finding, str]] = []  # the grader-internals findings, with their units
         for key in sorted({use.key for use in self.uses}):
             allowed = self._permitted_units(key, callers)
             direct = [use for use in self.uses if use.key == key and use.unit not in allowed]
-            found = [self._finding(key, u.node, u.unit, f"{u.message} is not allowed") for u in direct]
+            found = [(u.unit, self._finding(key, u.node, u.unit, f"{u.message} is not allowed")) for u in direct]
             found += self._taint(key, direct, allowed, callers)
-            pairs += [(finding, key[1]) for finding in found]
+            pairs += [(finding, key[1]) for _, finding in found]
+            if key[0] == GRADER_INTERNALS:
+                touching += [(unit, finding, key[1]) for unit, finding in found]
+        pairs += self._at_import(touching)
         pairs.sort(key=lambda pair: (pair[0].line, pair[0].col, pair[0].rule, pair[0].message))
         return pairs
 
+    def _at_import(self, touching: list[tuple[str | None, Finding, str]]) -> list[tuple[Finding, str]]:
+        """Module and class bodies run when the file is imported, before any function in it is graded,
+        so the first of them to touch the grader counts against every function and method of the file."""
+        kinds = self.collected.units
+        early = [(finding, api) for unit, finding, api in touching if kinds[unit] != "function"]
+        if not early:
+            return []
+        first, api = min(early, key=lambda pair: (pair[0].line, pair[0].col))
+        before = "this top-level code runs when the file is imported, before"
+        reported = {unit for unit, _, _ in touching}
+        return [
+            (dataclasses.replace(first, function=name, message=f"{before} {name}: {first.message}"), api)
+            for unit, kind in kinds.items()
+            if kind == "function" and unit not in reported and (name := _public(unit)) is not None
+        ]
+
     def _taint(
         self, key: _Key, direct: list[_Use], allowed: set[str | None], callers: dict[str | None, set[str | None]]
-    ) -> list[Finding]:
+    ) -> list[tuple[str | None, Finding]]:
         """A finding at the first call from each unit to each callee that leads to a direct use."""
         # Walk back from the direct uses: next_hop[u] is the callee through which u reaches one.
         first_use: dict[str | None, _Use] = {}
@@ -1116,7 +1169,7 @@ class _Analysis:
                     chain.append(next_hop[chain[-1]])
                 path = " -> ".join("<module>" if u is None else u for u in chain)  # qualified: unambiguous
                 message = f"this call leads to a forbidden API: {path} -> {first_use[chain[-1]].message}"
-                found.append(self._finding(key, node, unit, message))
+                found.append((unit, self._finding(key, node, unit, message)))
         return found
 
     def _finding(self, key: _Key, node: ast.AST, unit: str | None, message: str) -> Finding:
@@ -1134,14 +1187,22 @@ class _Analysis:
 
 
 def _imported(node: ast.Import | ast.ImportFrom) -> list[str]:
+    """What an import statement names; ``from M import *`` and an import from a module a rule
+    forbids as a whole name that module, once."""
     if isinstance(node, ast.Import):
         return [_canonical(alias.name) for alias in node.names]
     if node.level or node.module is None:
         return []
     module = _canonical(node.module)
-    if _is_forbidden_module(module):
+    if _import_key(module) is not None or any(a.name == "*" for a in node.names):
         return [module]
-    return [_canonical(f"{node.module}.{a.name}") for a in node.names if a.name != "*"]
+    return [_canonical(f"{node.module}.{a.name}") for a in node.names]
+
+
+def _import_key(module: str) -> _Key | None:
+    """The rule importing ``module`` breaks (a forbidden module, the grader); other imports are aliases."""
+    key = _classify(module)
+    return key if key is not None and key[0] in (FORBIDDEN_MODULE, GRADER_INTERNALS) else None
 
 
 def _call_name(call: ast.Call) -> str:

@@ -22,8 +22,10 @@ import pytest
 
 from grader import cli
 from grader.policy import COLLECTIVES, PROCESS_GROUP_METHODS, STRICT, FunctionPolicy, Policy
+from grader.results import Finding
 from grader.static_checks import (
     DEFAULT_POLICY,
+    DEFAULT_STUDENT_FILES,
     analyze_source,
     analyze_submission,
     reached_apis,
@@ -309,6 +311,95 @@ def test_an_operator_of_another_namespace_looked_up_by_name_is_fine() -> None:
     assert found("import torch\ndef my_allreduce(t):\n    torch._C._jit_get_operation('aten::add')\n") == set()
 
 
+# --------------------------------------------------------------------------- the grader
+
+
+@pytest.mark.parametrize(
+    "mention",
+    [
+        "import grader",
+        "import grader.matrix.guard as g",
+        "from grader.matrix import catalog",
+        "from grader import *",
+        "importlib.import_module('grader.matrix')",
+        "importlib.import_module('.guard', package='grader.matrix')",
+        "importlib.util.find_spec('grader')",
+        "__import__('grader')",
+        "sys.modules['grader.matrix']",
+        "sys.modules.get('grader')",
+        "runpy.run_module('grader')",
+        "[importlib.import_module][0]('grader.cli')",
+    ],
+)
+def test_every_mention_of_the_grader_in_a_function_is_a_finding_there(mention: str) -> None:
+    source = f"import importlib, runpy, sys\ndef my_allreduce(t):\n    {mention}\n"
+    assert ("grader-internals", 3, "my_allreduce") in found(source)
+
+
+def test_the_grader_reached_through_another_student_file_is_a_finding_where_it_is_used(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "transformer.py").write_text("import grader.matrix.guard\n")
+    (tmp_path / "src" / "collectives.py").write_text(
+        "from . import transformer\ndef my_allreduce(t):\n    transformer.grader.matrix.guard.dist.all_reduce(t)\n"
+    )
+    findings = analyze_submission(tmp_path, ["src/collectives.py", "src/transformer.py"], STRICT)
+    assert ("src/collectives.py", "grader-internals", 3, "my_allreduce") in {
+        (f.file, f.rule, f.line, f.function) for f in findings
+    }
+
+
+def test_top_level_code_that_touches_the_grader_counts_against_every_function_of_the_file() -> None:
+    # It runs when the file is imported, before any function is graded: patching the grader's
+    # case bodies there would change every case without one function mentioning the grader.
+    source = (
+        "import torch\n"
+        "def my_broadcast(t, src=0):\n"
+        "    return t\n"
+        "class Block:\n"
+        "    cases = __import__('grader.matrix.cases_a9', fromlist=['BODIES'])\n"
+        "    def forward_ulysses(self, x):\n"
+        "        return x\n"
+    )
+    findings = analyze_source(source, "src/collectives.py", DEFAULT_POLICY)
+    assert {(f.rule, f.line, f.function) for f in findings} == {
+        ("dynamic-dist-access", 5, "Block"),
+        ("grader-internals", 5, "Block"),
+        ("grader-internals", 5, "my_broadcast"),
+        ("grader-internals", 5, "forward_ulysses"),
+    }
+    message = next(f.message for f in findings if f.function == "my_broadcast")
+    assert message.startswith("this top-level code runs when the file is imported, before my_broadcast: ")
+
+
+def test_a_function_that_reaches_the_grader_through_a_helper_is_reported_at_its_call() -> None:
+    source = "def _peek():\n    import grader\ndef my_allreduce(t):\n    _peek()\n"
+    assert found(source) == {("grader-internals", 2, "_peek"), ("grader-internals", 4, "my_allreduce")}
+
+
+def test_the_grader_rule_says_plainly_what_is_wrong_and_no_policy_lifts_it() -> None:
+    policy = Policy({"src/collectives.py": EVERYTHING_ALLOWED})
+    (finding,) = analyze_source("def my_allreduce(t):\n    import grader\n", "src/collectives.py", policy)
+    assert finding.rule == "grader-internals" and finding.function == "my_allreduce"
+    assert (
+        finding.message == "import grader is not allowed (student code must not import, reach into or use the grader)"
+    )
+
+
+@pytest.mark.parametrize(
+    "honest",
+    [
+        "# the grader calls this; see grader.matrix\n",
+        "note = 'import grader'\n",
+        "print('grader.matrix.catalog')\n",
+        "import graders\n",  # another package whose name starts alike
+        "grader = object()\ngrader.matrix = 1\n",  # the student's own name
+        "def f(grader):\n    return grader.score\n",
+    ],
+)
+def test_the_word_grader_is_not_the_grader(honest: str) -> None:
+    assert found(honest) == set()
+
+
 # --------------------------------------------------------------------------- the policy
 
 
@@ -535,6 +626,18 @@ def test_check_accepts_a_single_file(tmp_path: Path, capsys: pytest.CaptureFixtu
     path = submission(tmp_path) / "src" / "transformer.py"
     assert cli.main(["check", str(path)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "1 finding in transformer.py"
+
+
+@pytest.mark.usefixtures("no_rubric_module")
+def test_check_shows_the_findings_grading_uses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `grader grade` calls analyze_submission; `grader check` must not tell the student otherwise.
+    root = submission(tmp_path)
+    collectives = root / "src" / "collectives.py"
+    collectives.write_text("from grader.matrix import guard\n" + collectives.read_text())
+    assert cli.main(["check", str(root), "--json"]) == 0
+    shown = [Finding(**f) for f in json.loads(capsys.readouterr().out)["findings"]]
+    graded = analyze_submission(root, DEFAULT_STUDENT_FILES, DEFAULT_POLICY)
+    assert shown == graded and "grader-internals" in {f.rule for f in shown}
 
 
 def test_check_uses_the_rubric_policy_and_student_files(
