@@ -73,6 +73,7 @@ PROCESS_GROUP_METHODS: frozenset[str] = frozenset(
 FORBIDDEN_MODULES: frozenset[str] = frozenset(
     {
         "torch.distributed._functional_collectives",
+        "torch.distributed._functional_collectives_impl",  # its own module, not a submodule of the above
         "torch.distributed.nn",
         "torch.distributed.nn.functional",
         "torch.distributed.algorithms",

@@ -9,7 +9,10 @@ parameters fed from the file's own call sites, ``self.x = ...`` attributes, retu
 resolved to a set of *values* by a flow-insensitive fixed point: dotted names such as
 ``torch.distributed.all_reduce`` (``distributed_c10d`` folded into ``torch.distributed``), ``<pg>``
 for anything derived from a process group, and markers for the file's own functions and classes.
-A reference is then judged by what it may denote, not by how it is spelled.
+A container is resolved to what it holds, so an item of one (``(dist,)[0]``, ``box.get(k)``,
+``next(iter(box))``) may be anything put in it, also later (``box.append(dist)``, ``box[k] = dist``);
+``sys.modules["name"]`` is the named module.  A reference is then judged by what it may denote, not
+by how it is spelled.
 
 Conventions (shared with the scorer and the runtime findings):
 
@@ -26,6 +29,12 @@ Conventions (shared with the scorer and the runtime findings):
   another student file that imports it (:func:`analyze_submission` analyses the files together).
 * Collectives a function's policy allows stay allowed in helpers that only it calls, so factoring a
   permitted ``all_gather`` into a helper does not turn it into a violation.
+* The grader is importable where student code runs, so every mention of it (an import, a name or
+  attribute that is one of its modules, its name given to the import machinery) is a
+  ``grader-internals`` finding, and no policy lifts it.  Like every rule it counts against the unit
+  it is in and every function that calls that unit; a mention in module or class-level code also
+  counts against every function and method of the file, which that code runs before.  Under
+  ``on_violation: zero`` each of those functions' items scores 0.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ PROCESS_GROUP_METHOD = "process-group-method"
 DYNAMIC_DIST_ACCESS = "dynamic-dist-access"
 GUARD_TAMPERING = "guard-tampering"
 STORE_ACCESS = "store-access"
+GRADER_INTERNALS = "grader-internals"
 SYNTAX_ERROR = "syntax-error"
 ANALYSIS_ERROR = "analysis-error"  # the file parses but is too deep or too convoluted to analyse
 
@@ -62,10 +72,11 @@ POLICY_RULES = frozenset({FORBIDDEN_COLLECTIVE, PROCESS_GROUP_METHOD})
 REASONS = {
     FORBIDDEN_COLLECTIVE: "it is a built-in collective; communicate with send/recv/isend/irecv",
     PROCESS_GROUP_METHOD: "it runs a collective on the process group; use send/recv/isend/irecv",
-    FORBIDDEN_MODULE: "that module runs collectives under the hood",
+    FORBIDDEN_MODULE: "it runs collectives under the hood",
     DYNAMIC_DIST_ACCESS: "dynamic access to torch.distributed or code execution cannot be checked",
     GUARD_TAMPERING: "it can unwrap or patch the grader's runtime guard",
     STORE_ACCESS: "the rendezvous store must not carry data; use send/recv",
+    GRADER_INTERNALS: "student code must not import, reach into or use the grader",
 }
 
 DEFAULT_STUDENT_FILES = ("src/collectives.py", "src/transformer.py")
@@ -80,10 +91,13 @@ DEFAULT_POLICY = Policy(
 )
 
 _DIST = "torch.distributed"
+GRADER = "grader"  # our own package: importable in the rank processes, never the student's to touch
 PG = "<pg>"  # the value of a process group (or anything obtained from one)
+#: Other spellings of the same module, and the name each is known by here.
 _CANONICAL_PREFIXES = (
-    ("torch.distributed.distributed_c10d.", "torch.distributed."),
-    ("torch._C._distributed_c10d.", "torch.distributed."),
+    ("torch.distributed.distributed_c10d", _DIST),
+    ("torch._C._distributed_c10d", _DIST),
+    ("torch._ops.ops", "torch.ops"),
 )
 #: Names that *are* process groups (or hold them); attributes of ``_world`` lead to groups.
 _PG_ROOTS = (
@@ -105,6 +119,12 @@ _PG_FACTORIES = frozenset(
         "_new_group_with_tag",
         "ProcessGroup",
         "ProcessGroupGloo",
+        "_current_process_group",
+        "_group_or_default_group",
+        "_find_pg_by_ranks_and_tag",
+        "_find_or_create_pg_by_ranks_and_tag",
+        "_create_shrunk_process_group",
+        "_finalize_shrunk_group",
     )
 )
 _PG_CLASSES = frozenset({"ProcessGroup", "ProcessGroupGloo", "Backend", "_ProcessGroupWrapper"})
@@ -125,7 +145,31 @@ _STORE_NAMES = frozenset(
 )
 #: Dispatcher op namespaces that run collectives without going through ``torch.distributed``
 #: (static-only: they are not importable modules, so the runtime list cannot hold them).
-_FORBIDDEN_OP_NAMESPACES = ("torch.ops.c10d", "torch.ops.c10d_functional", "torch.ops._c10d_functional")
+_FORBIDDEN_OP_NAMESPACES = (
+    "torch.ops.c10d",
+    "torch.ops.c10d_functional",
+    "torch.ops._c10d_functional",
+    "torch.ops._c10d_functional_autograd",
+    "torch.ops._dtensor",
+    "torch.ops.symm_mem",
+)
+#: Private c10d bindings that communicate without being collectives by name (DDP's bucketed
+#: all-reduce, a parameter check that all-gathers); static-only, like the op namespaces.
+_COMMUNICATING_BINDINGS = tuple(
+    f"{_DIST}.{name}"
+    for name in ("Reducer", "_verify_params_across_processes", "_register_comm_hook", "_register_builtin_comm_hook")
+)
+_FORBIDDEN_PREFIXES = (*FORBIDDEN_MODULES, *_FORBIDDEN_OP_NAMESPACES, *_COMMUNICATING_BINDINGS)
+#: Calls that fetch a dispatcher op by its ``"namespace::name"`` string, as ``torch.ops`` would.
+_OP_LOOKUPS = frozenset(
+    {
+        "torch._C._jit_get_operation",
+        "torch._C._get_operation_overload",
+        "torch._C._dispatch_find_schema_or_throw",
+        "torch._ops._OpNamespace",
+        "torch._library.utils.lookup_op",
+    }
+)
 _DYNAMIC_APIS = frozenset(
     {"builtins.exec", "builtins.eval", "builtins.compile", "builtins.__import__", "builtins.__builtins__"}
 )
@@ -157,7 +201,20 @@ _SENSITIVE_ROOTS = (
 )
 #: The only roots a dotted value can have and still matter to a rule; others are not followed, so
 #: ``x = x.attr`` on an ordinary object cannot grow a value set attribute by attribute.
-_TRACKED_ROOTS = frozenset({"torch", "builtins", "importlib", "sys", "gc", "inspect", "ctypes"})
+_TRACKED_ROOTS = frozenset(
+    {"torch", "builtins", "importlib", "sys", "gc", "inspect", "ctypes", GRADER, "runpy", "pkgutil"}
+)
+#: What loads modules by name: a constant naming a grader module given to one of these is a finding.
+_IMPORT_MACHINERY = ("importlib", "runpy", "pkgutil", "builtins.__import__", "sys.modules")
+#: Containers are resolved to what they hold (``[dist]`` may be what ``dist`` is), so these builtins
+#: return what their arguments hold, these methods (and ``copy``) what their container holds, and
+#: these methods put what they are given into it.
+_ELEMENT_BUILTINS = frozenset(
+    f"builtins.{name}"
+    for name in ("list", "tuple", "set", "frozenset", "dict", "iter", "next", "reversed", "sorted", "min", "max")
+)
+_GETTING_METHODS = frozenset({"get", "pop", "popitem", "popleft", "setdefault", "values", "items", "__getitem__"})
+_STORING_METHODS = frozenset({"append", "appendleft", "extend", "extendleft", "insert", "add", "update", "setdefault"})
 _MAX_DOTS = 8  # longer dotted values are dropped: keeps self-referential bindings finite
 _MAX_VALUES = 2000  # a binding that may denote more things than this is not analysed, but reported
 _MAX_ROUNDS = 40
@@ -174,7 +231,7 @@ _Key = tuple[str, str]  # (rule, api)
 
 def _canonical(name: str) -> str:
     for prefix, replacement in _CANONICAL_PREFIXES:
-        if name.startswith(prefix):
+        if _under(name, prefix):
             name = replacement + name[len(prefix) :]
     for root in _PG_ROOTS:
         if name == root:
@@ -202,6 +259,8 @@ def _classify(value: str) -> _Key | None:
         return (DYNAMIC_DIST_ACCESS, "ProcessGroup." + member) if member in _NAMESPACE_ATTRS else None
     if value.startswith("<"):
         return None
+    if _under(value, GRADER):
+        return GRADER_INTERNALS, value
     if _is_forbidden_module(value):
         return FORBIDDEN_MODULE, value
     head, _, last = value.rpartition(".")
@@ -227,11 +286,12 @@ def _tracked(value: str) -> bool:
     if value.startswith("<"):  # a marker (process group, own function...): never grows
         return True
     root, depth = value.split(".")[0], value.count(".")
-    return root in _TRACKED_ROOTS and depth <= (2 if root == "builtins" else _MAX_DOTS)
+    # What matters under builtins and sys is one or two names deep (builtins.exec, sys.modules.get).
+    return root in _TRACKED_ROOTS and depth <= (2 if root in ("builtins", "sys") else _MAX_DOTS)
 
 
 def _is_forbidden_module(value: str) -> bool:
-    return any(_under(value, module) for module in (*FORBIDDEN_MODULES, *_FORBIDDEN_OP_NAMESPACES))
+    return any(_under(value, module) for module in _FORBIDDEN_PREFIXES)
 
 
 def _describe(value: str) -> str:
@@ -311,6 +371,7 @@ class _Collector(ast.NodeVisitor):
         self.const: list[tuple[_Scope, str, frozenset[str]]] = []
         self.binds: list[tuple[_Scope, str, ast.expr, _Scope]] = []
         self.attr_binds: list[tuple[ast.expr, str, ast.expr, _Scope]] = []
+        self.item_binds: list[tuple[ast.expr, str, ast.expr, _Scope]] = []  # container, method, what it is given
         self.calls: list[tuple[ast.Call, _Scope]] = []
         self.refs: list[_Ref] = []
         self.exempt: set[int] = set()  # ids of alias right-hand sides: a definition is not a use
@@ -354,6 +415,8 @@ class _Collector(ast.NodeVisitor):
             self._bind(target.value, value, alias=False)
         elif isinstance(target, ast.Attribute):
             self.attr_binds.append((target.value, target.attr, value, self.scope))
+        elif isinstance(target, ast.Subscript):
+            self.item_binds.append((target.value, "__setitem__", value, self.scope))
 
     def _enter(self, kind: str, unit: str | None, method_of: int | None = None) -> _Scope:
         previous = self.scope
@@ -596,9 +659,13 @@ class _Collector(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         self.refs.append(_Ref(node, self.scope, self.unit))
         self.calls.append((node, self.scope))
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _STORING_METHODS:
+            for arg in (*node.args, *(keyword.value for keyword in node.keywords)):
+                self.item_binds.append((node.func.value, node.func.attr, arg, self.scope))
         self.generic_visit(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
+        self.refs.append(_Ref(node, self.scope, self.unit))
         if isinstance(node.value, ast.Call) and isinstance(node.ctx, ast.Load):
             self.subscripted[id(node.value)] = node
         self.generic_visit(node)
@@ -645,10 +712,9 @@ class _Resolver:
         for scope, name, expr, expr_scope in self.c.binds:
             changed |= self._add(self._target(scope, name), name, self.resolve(expr, expr_scope))
         for obj, attr, expr, expr_scope in self.c.attr_binds:
-            values = self.resolve(expr, expr_scope)
-            for owner in self.resolve(obj, expr_scope):
-                if owner.startswith("<self>"):
-                    changed |= self._add(self.c.classes[int(owner[6:])].scope, "." + attr, values)
+            changed |= self._store_attribute(obj, attr, self.resolve(expr, expr_scope), expr_scope)
+        for container, method, expr, expr_scope in self.c.item_binds:
+            changed |= self._store_item(container, method, self.resolve(expr, expr_scope), expr_scope)
         for definition in self.c.defs:  # what a call returns is one more equation, not a recursion
             for ret in definition.returns:
                 changed |= self._add(definition.scope, _RETURN, self.resolve(ret, definition.scope))
@@ -663,6 +729,28 @@ class _Resolver:
         if len(current) > _MAX_VALUES:
             raise _TooComplex(f"{name!r} may denote more than {_MAX_VALUES} different things")
         return len(current) != before
+
+    def _store_attribute(self, obj: ast.expr, attr: str, values: set[str], scope: _Scope) -> bool:
+        """``obj.attr = value``: followed where ``obj`` is an instance of a class of this file."""
+        changed = False
+        for owner in self.resolve(obj, scope):
+            if owner.startswith("<self>"):
+                changed |= self._add(self.c.classes[int(owner[6:])].scope, "." + attr, values)
+        return changed
+
+    def _store_item(self, container: ast.expr, method: str, values: set[str], scope: _Scope) -> bool:
+        """``c[k] = value`` or ``c.append(value)``: the container now also holds what ``value`` is,
+        unless it is an object of a class of this file with that method (its parameters receive it)."""
+        for owner in self.resolve(container, scope):
+            if owner.startswith("<self>") and self.method(int(owner[6:]), method) is not None:
+                return False
+        while isinstance(container, ast.Subscript):
+            container = container.value
+        if isinstance(container, ast.Attribute):
+            return self._store_attribute(container.value, container.attr, values, scope)
+        if isinstance(container, ast.Name) and (where := self._binding(container.id, scope)) is not None:
+            return self._add(where, container.id, values)
+        return False
 
     def _target(self, scope: _Scope, name: str) -> _Scope:
         """The scope a binding of ``name`` in ``scope`` really lands in (global/nonlocal)."""
@@ -715,13 +803,20 @@ class _Resolver:
                     return found
         return None
 
-    def lookup(self, name: str, scope: _Scope) -> set[str]:
+    def _binding(self, name: str, scope: _Scope) -> _Scope | None:
+        """The scope whose ``name`` a reference in ``scope`` reads (None: a builtin or star import)."""
         current: _Scope | None = self.c.module if name in scope.globals_ else scope
         first = True
         while current is not None:
             if (first or current.kind != "class") and name in current.bound:
-                return self._linked(self.env.get((current, name), set()))
+                return current
             current, first = current.parent, False
+        return None
+
+    def lookup(self, name: str, scope: _Scope) -> set[str]:
+        where = self._binding(name, scope)
+        if where is not None:
+            return self._linked(self.env.get((where, name), set()))
         return {f"builtins.{name}", *(f"{module}.{name}" for module in self.c.module.star_modules)}
 
     def _sibling(self, value: str) -> tuple[str, list[str]] | None:
@@ -760,7 +855,10 @@ class _Resolver:
                 index = int(value[len(prefix) :])
                 found = self.method(index, attr)
                 scope = self.c.classes[index].scope
-                values = self.env.get((scope, attr), set()) | self.env.get((scope, "." + attr), set())
+                on_class = self.env.get((scope, attr), set())
+                if prefix == "<self>":  # a function stored on the class is bound when reached through an instance
+                    on_class = {"<bound>" + v[5:] if v.startswith("<def>") else v for v in on_class}
+                values = on_class | self.env.get((scope, "." + attr), set())
                 return values | ({f"{make}{found}"} if found is not None else set())
         if value.startswith("<"):
             return set()
@@ -774,8 +872,8 @@ class _Resolver:
             return {v for base in self.resolve(node.value, scope) for v in self.attribute(base, node.attr)}
         if isinstance(node, ast.Call):
             return {v for func in self.resolve(node.func, scope) for v in self._call(func, node, scope)}
-        if isinstance(node, ast.Subscript):  # containers keep what they hold; dotted names do not
-            return {v for v in self.resolve(node.value, scope) if v.startswith("<")}
+        if isinstance(node, ast.Subscript):
+            return self._items(self.resolve(node.value, scope), node.slice)
         if isinstance(node, ast.Lambda):
             return {f"<def>{self.c.lambdas[id(node)]}"}
         children: list[ast.expr] = []
@@ -804,10 +902,41 @@ class _Resolver:
             while owner.parent is not None and owner.method_of is None:
                 owner = owner.parent
             return set() if owner.method_of is None else {f"<super>{owner.method_of}"}
-        module = _const_str(call.args[0]) if call.args else None
-        if func in ("importlib.import_module", "builtins.__import__") and module is not None:
-            return {_canonical(module), module.split(".")[0]}
+        if func in _ELEMENT_BUILTINS:
+            held = [*call.args, *(keyword.value for keyword in call.keywords if func == "builtins.dict")]
+            return {v for arg in held for v in self.resolve(arg, scope)}
+        container, _, method = func.rpartition(".")
+        if container not in ("", "builtins"):  # builtins.get is a bare name, not a method
+            if method == "copy":
+                return {container}
+            if method in _GETTING_METHODS:
+                return self._items({container}, call.args[0] if call.args else None)
+        name = _const_str(call.args[0]) if call.args else None
+        if name is None:
+            return set()
+        if func == "importlib.import_module":
+            return {_canonical(name)}
+        if func == "builtins.__import__":  # the named module with a fromlist, else its top package
+            fromlist = len(call.args) > 3 or any(keyword.arg == "fromlist" for keyword in call.keywords)
+            return {_canonical(name) if fromlist else name.split(".")[0]}
+        if func in _OP_LOOKUPS:
+            return {"torch.ops." + name.replace("::", ".")}
         return set()
+
+    @staticmethod
+    def _items(held: Iterable[str], key: ast.expr | None) -> set[str]:
+        """What indexing a value that may be any of ``held`` yields (``key``: the index, if known).
+
+        Containers are resolved to what they hold, so an item of one is any of that; ``sys.modules``
+        maps a constant module name to the module, any other key to nothing this can follow.
+        """
+        items = set()
+        for value in held:
+            if value != "sys.modules":
+                items.add(value)
+            elif (name := _const_str(key)) is not None and _tracked(module := _canonical(name)):
+                items.add(module)
+        return items
 
 
 # ----------------------------------------------------------------------------- judging
@@ -846,14 +975,18 @@ class _Analysis:
         found: list[tuple[_Key, str]] = []
         exempt = id(node) in self.collected.exempt
         if isinstance(node, ast.Import | ast.ImportFrom):
-            return [((FORBIDDEN_MODULE, m), f"import {m}") for m in _imported(node) if _is_forbidden_module(m)]
+            return [(key, f"import {m}") for m in _imported(node) if (key := _import_key(m)) is not None]
+        if isinstance(node, ast.Subscript) and "sys.modules" in resolve(node.value, scope):
+            return self._grader_modules(node, [node.slice])
         if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
             owners = resolve(node.value, scope)
             if any(_sensitive(v) for v in owners):
                 target = f"{_describe(sorted(owners)[0])}.{node.attr}"
                 found.append(((GUARD_TAMPERING, target), f"assigning to or deleting {target}"))
-        elif isinstance(node, ast.Name | ast.Attribute) and isinstance(node.ctx, ast.Load) and not exempt:
-            found += self._value_keys(node, resolve(node, scope))
+        elif isinstance(node, ast.Name | ast.Attribute) and isinstance(node.ctx, ast.Load):
+            values = resolve(node, scope)
+            # An alias is not a use, except of the grader: every mention of it is one.
+            found += self._value_keys(node, {v for v in values if _under(v, GRADER)} if exempt else values)
         if isinstance(node, ast.Attribute) and node.attr in _TAMPER_ATTRS:
             found.append(((GUARD_TAMPERING, node.attr), _show(node)))
         if isinstance(node, ast.Call):
@@ -875,6 +1008,12 @@ class _Analysis:
         resolve = self.resolver.resolve
         first = resolve(call.args[0], scope) if call.args else set()
         shown = _show(call)
+        if any(_under(func, machinery) for machinery in _IMPORT_MACHINERY):
+            return self._grader_modules(call, [*call.args, *(keyword.value for keyword in call.keywords)])
+        if func in _OP_LOOKUPS and call.args:
+            if _const_str(call.args[0]) is None:
+                return [((DYNAMIC_DIST_ACCESS, func), f"{shown} (an operator looked up at run time)")]
+            return self._value_keys(call, resolve(call, scope))
         if func == "builtins.getattr" and len(call.args) >= 2:
             name = _getattr_name(call)
             if name is None:
@@ -895,6 +1034,12 @@ class _Analysis:
             api = func.removeprefix("builtins.")
             return [((DYNAMIC_DIST_ACCESS, api), shown)]
         return []
+
+    @staticmethod
+    def _grader_modules(node: ast.AST, args: Iterable[ast.expr]) -> list[tuple[_Key, str]]:
+        """A grader module named to the import machinery (``sys.modules["grader.x"]``, ``runpy``...)."""
+        names = [name for arg in args if (name := _const_str(arg)) is not None and _under(name, GRADER)]
+        return [((GRADER_INTERNALS, names[0]), _show(node))] if names else []
 
     def _harmless_lookup(self, call: ast.Call, scope: _Scope) -> bool:
         """``globals()["CONSTANT"]`` naming something that is not torch.distributed is fine."""
@@ -965,18 +1110,38 @@ class _Analysis:
             for callee, _ in edges:
                 callers[callee].add(unit)
         pairs: list[tuple[Finding, str]] = []
+        touching: list[tuple[str | None, Finding, str]] = []  # the grader-internals findings, with their units
         for key in sorted({use.key for use in self.uses}):
             allowed = self._permitted_units(key, callers)
             direct = [use for use in self.uses if use.key == key and use.unit not in allowed]
-            found = [self._finding(key, u.node, u.unit, f"{u.message} is not allowed") for u in direct]
+            found = [(u.unit, self._finding(key, u.node, u.unit, f"{u.message} is not allowed")) for u in direct]
             found += self._taint(key, direct, allowed, callers)
-            pairs += [(finding, key[1]) for finding in found]
+            pairs += [(finding, key[1]) for _, finding in found]
+            if key[0] == GRADER_INTERNALS:
+                touching += [(unit, finding, key[1]) for unit, finding in found]
+        pairs += self._at_import(touching)
         pairs.sort(key=lambda pair: (pair[0].line, pair[0].col, pair[0].rule, pair[0].message))
         return pairs
 
+    def _at_import(self, touching: list[tuple[str | None, Finding, str]]) -> list[tuple[Finding, str]]:
+        """Module and class bodies run when the file is imported, before any function in it is graded,
+        so the first of them to touch the grader counts against every function and method of the file."""
+        kinds = self.collected.units
+        early = [(finding, api) for unit, finding, api in touching if kinds[unit] != "function"]
+        if not early:
+            return []
+        first, api = min(early, key=lambda pair: (pair[0].line, pair[0].col))
+        before = "this top-level code runs when the file is imported, before"
+        reported = {unit for unit, _, _ in touching}
+        return [
+            (dataclasses.replace(first, function=name, message=f"{before} {name}: {first.message}"), api)
+            for unit, kind in kinds.items()
+            if kind == "function" and unit not in reported and (name := _public(unit)) is not None
+        ]
+
     def _taint(
         self, key: _Key, direct: list[_Use], allowed: set[str | None], callers: dict[str | None, set[str | None]]
-    ) -> list[Finding]:
+    ) -> list[tuple[str | None, Finding]]:
         """A finding at the first call from each unit to each callee that leads to a direct use."""
         # Walk back from the direct uses: next_hop[u] is the callee through which u reaches one.
         first_use: dict[str | None, _Use] = {}
@@ -1004,7 +1169,7 @@ class _Analysis:
                     chain.append(next_hop[chain[-1]])
                 path = " -> ".join("<module>" if u is None else u for u in chain)  # qualified: unambiguous
                 message = f"this call leads to a forbidden API: {path} -> {first_use[chain[-1]].message}"
-                found.append(self._finding(key, node, unit, message))
+                found.append((unit, self._finding(key, node, unit, message)))
         return found
 
     def _finding(self, key: _Key, node: ast.AST, unit: str | None, message: str) -> Finding:
@@ -1022,14 +1187,22 @@ class _Analysis:
 
 
 def _imported(node: ast.Import | ast.ImportFrom) -> list[str]:
+    """What an import statement names; ``from M import *`` and an import from a module a rule
+    forbids as a whole name that module, once."""
     if isinstance(node, ast.Import):
         return [_canonical(alias.name) for alias in node.names]
     if node.level or node.module is None:
         return []
     module = _canonical(node.module)
-    if _is_forbidden_module(module):
+    if _import_key(module) is not None or any(a.name == "*" for a in node.names):
         return [module]
-    return [_canonical(f"{node.module}.{a.name}") for a in node.names if a.name != "*"]
+    return [_canonical(f"{node.module}.{a.name}") for a in node.names]
+
+
+def _import_key(module: str) -> _Key | None:
+    """The rule importing ``module`` breaks (a forbidden module, the grader); other imports are aliases."""
+    key = _classify(module)
+    return key if key is not None and key[0] in (FORBIDDEN_MODULE, GRADER_INTERNALS) else None
 
 
 def _call_name(call: ast.Call) -> str:

@@ -22,8 +22,10 @@ import pytest
 
 from grader import cli
 from grader.policy import COLLECTIVES, PROCESS_GROUP_METHODS, STRICT, FunctionPolicy, Policy
+from grader.results import Finding
 from grader.static_checks import (
     DEFAULT_POLICY,
+    DEFAULT_STUDENT_FILES,
     analyze_source,
     analyze_submission,
     reached_apis,
@@ -195,6 +197,19 @@ def test_a_call_to_a_method_of_the_same_class_is_followed() -> None:
     }
 
 
+def test_a_method_called_through_self_receives_its_arguments_after_self() -> None:
+    # Keeping the group on the object is honest; binding it to `self` made it look like tampering.
+    source = (
+        "import torch.distributed as dist\n"
+        "class Ring:\n"
+        "    def start(self):\n"
+        "        self.attach(dist.group.WORLD)\n"
+        "    def attach(self, group):\n"
+        "        self.group = group\n"
+    )
+    assert found(source) == set()
+
+
 def test_always_forbidden_rules_are_followed_through_helpers_too() -> None:
     source = (
         "import importlib\n"
@@ -204,6 +219,185 @@ def test_always_forbidden_rules_are_followed_through_helpers_too() -> None:
         "    _load('x')\n"
     )
     assert found(source) == {("dynamic-dist-access", 3, "_load"), ("dynamic-dist-access", 5, "my_allreduce")}
+
+
+# --------------------------------------------------------------------------- containers
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "(dist,)[0]",
+        "[torch.distributed][-1]",
+        '{"d": dist}["d"]',
+        "[dist][:1][0]",
+        'getattr([torch][0], "distributed")',
+        "list((dist,))[0]",
+        "next(iter([dist]))",
+        '{"d": dist}.get("d")',
+        "[dist].pop()",
+    ],
+)
+def test_an_item_of_a_container_may_be_anything_the_container_holds(expression: str) -> None:
+    source = f"import torch\nimport torch.distributed as dist\ndef my_allreduce(t):\n    {expression}.all_reduce(t)\n"
+    assert found(source) == {("forbidden-collective", 4, "my_allreduce")}
+
+
+@pytest.mark.parametrize(
+    "fill",
+    [
+        "BOX.append(dist)",
+        "BOX.extend([dist])",
+        "BOX.insert(0, dist)",
+        'BOX["d"] = dist',
+        "BOX.update(d=dist)",
+        "def _fill():\n    BOX.append(dist)",  # a function fills the module's container
+    ],
+)
+def test_a_container_holds_what_is_put_into_it_later(fill: str) -> None:
+    source = f"import torch.distributed as dist\nBOX = []\n{fill}\ndef my_allreduce(t):\n    BOX[0].all_reduce(t)\n"
+    line = source.splitlines().index("    BOX[0].all_reduce(t)") + 1
+    assert ("forbidden-collective", line, "my_allreduce") in found(source)
+
+
+def test_an_object_of_a_class_of_the_file_holds_only_what_its_methods_keep() -> None:
+    # Its own append receives the group as an argument; the object does not become the group.
+    source = (
+        "import torch.distributed as dist\n"
+        "class Ring:\n"
+        "    def append(self, group):\n"
+        "        self.group = group\n"
+        "    def broadcast(self, t, src):\n"
+        "        dist.send(t, 1)\n"
+        "def my_broadcast(t, src=0):\n"
+        "    ring = Ring()\n"
+        "    ring.append(dist.group.WORLD)\n"
+        "    ring.broadcast(t, src)\n"
+    )
+    assert found(source) == set()
+
+
+def test_sys_modules_indexed_by_a_constant_is_that_module() -> None:
+    source = "import sys\ndef my_allreduce(t):\n    sys.modules['torch.distributed'].all_reduce(t)\n"
+    assert found(source) == {("dynamic-dist-access", 3, "my_allreduce"), ("forbidden-collective", 3, "my_allreduce")}
+
+
+# --------------------------------------------------------------------------- private bindings and dispatcher ops
+
+
+@pytest.mark.parametrize(
+    ("call", "rule"),
+    [
+        ("torch._C._distributed_c10d._broadcast_coalesced(g, [t], 1, 0)", "forbidden-collective"),
+        ("torch._C._distributed_c10d._verify_params_across_processes(g, [t])", "forbidden-module"),
+        ("torch.distributed.Reducer([t], [[0]], [0], g)", "forbidden-module"),
+        ("torch._C._distributed_c10d._current_process_group().allreduce([t])", "process-group-method"),
+        ("torch.distributed.distributed_c10d._group_or_default_group().broadcast([t])", "process-group-method"),
+        ("torch.distributed._functional_collectives_impl._all_reduce(t, 'sum', '', [0], 1)", "forbidden-module"),
+        ("torch.ops._c10d_functional_autograd.all_to_all_single(t, [1], [1], 'g')", "forbidden-module"),
+        ("torch._ops.ops._c10d_functional.all_reduce(t, 'sum', 'g')", "forbidden-module"),
+        ("torch._C._jit_get_operation('_c10d_functional::all_reduce')", "forbidden-module"),
+        ("torch._C._get_operation_overload('c10d::allreduce_', '')", "forbidden-module"),
+        ("torch._ops._OpNamespace('c10d').broadcast_", "forbidden-module"),
+        ("torch._C._jit_get_operation(t.name)", "dynamic-dist-access"),
+    ],
+)
+def test_private_c10d_bindings_and_dispatcher_ops_are_findings(call: str, rule: str) -> None:
+    source = f"import torch\ndef my_allreduce(t, g):\n    {call}\n"
+    assert found(source) == {(rule, 3, "my_allreduce")}
+
+
+def test_an_operator_of_another_namespace_looked_up_by_name_is_fine() -> None:
+    assert found("import torch\ndef my_allreduce(t):\n    torch._C._jit_get_operation('aten::add')\n") == set()
+
+
+# --------------------------------------------------------------------------- the grader
+
+
+@pytest.mark.parametrize(
+    "mention",
+    [
+        "import grader",
+        "import grader.matrix.guard as g",
+        "from grader.matrix import catalog",
+        "from grader import *",
+        "importlib.import_module('grader.matrix')",
+        "importlib.import_module('.guard', package='grader.matrix')",
+        "importlib.util.find_spec('grader')",
+        "__import__('grader')",
+        "sys.modules['grader.matrix']",
+        "sys.modules.get('grader')",
+        "runpy.run_module('grader')",
+        "[importlib.import_module][0]('grader.cli')",
+    ],
+)
+def test_every_mention_of_the_grader_in_a_function_is_a_finding_there(mention: str) -> None:
+    source = f"import importlib, runpy, sys\ndef my_allreduce(t):\n    {mention}\n"
+    assert ("grader-internals", 3, "my_allreduce") in found(source)
+
+
+def test_the_grader_reached_through_another_student_file_is_a_finding_where_it_is_used(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "transformer.py").write_text("import grader.matrix.guard\n")
+    (tmp_path / "src" / "collectives.py").write_text(
+        "from . import transformer\ndef my_allreduce(t):\n    transformer.grader.matrix.guard.dist.all_reduce(t)\n"
+    )
+    findings = analyze_submission(tmp_path, ["src/collectives.py", "src/transformer.py"], STRICT)
+    assert ("src/collectives.py", "grader-internals", 3, "my_allreduce") in {
+        (f.file, f.rule, f.line, f.function) for f in findings
+    }
+
+
+def test_top_level_code_that_touches_the_grader_counts_against_every_function_of_the_file() -> None:
+    # It runs when the file is imported, before any function is graded: patching the grader's
+    # case bodies there would change every case without one function mentioning the grader.
+    source = (
+        "import torch\n"
+        "def my_broadcast(t, src=0):\n"
+        "    return t\n"
+        "class Block:\n"
+        "    cases = __import__('grader.matrix.cases_a9', fromlist=['BODIES'])\n"
+        "    def forward_ulysses(self, x):\n"
+        "        return x\n"
+    )
+    findings = analyze_source(source, "src/collectives.py", DEFAULT_POLICY)
+    assert {(f.rule, f.line, f.function) for f in findings} == {
+        ("dynamic-dist-access", 5, "Block"),
+        ("grader-internals", 5, "Block"),
+        ("grader-internals", 5, "my_broadcast"),
+        ("grader-internals", 5, "forward_ulysses"),
+    }
+    message = next(f.message for f in findings if f.function == "my_broadcast")
+    assert message.startswith("this top-level code runs when the file is imported, before my_broadcast: ")
+
+
+def test_a_function_that_reaches_the_grader_through_a_helper_is_reported_at_its_call() -> None:
+    source = "def _peek():\n    import grader\ndef my_allreduce(t):\n    _peek()\n"
+    assert found(source) == {("grader-internals", 2, "_peek"), ("grader-internals", 4, "my_allreduce")}
+
+
+def test_the_grader_rule_says_plainly_what_is_wrong_and_no_policy_lifts_it() -> None:
+    policy = Policy({"src/collectives.py": EVERYTHING_ALLOWED})
+    (finding,) = analyze_source("def my_allreduce(t):\n    import grader\n", "src/collectives.py", policy)
+    assert finding.rule == "grader-internals" and finding.function == "my_allreduce"
+    assert (
+        finding.message == "import grader is not allowed (student code must not import, reach into or use the grader)"
+    )
+
+
+@pytest.mark.parametrize(
+    "honest",
+    [
+        "# the grader calls this; see grader.matrix\n",
+        "note = 'import grader'\n",
+        "print('grader.matrix.catalog')\n",
+        "import graders\n",  # another package whose name starts alike
+        "grader = object()\ngrader.matrix = 1\n",  # the student's own name
+        "def f(grader):\n    return grader.score\n",
+    ],
+)
+def test_the_word_grader_is_not_the_grader(honest: str) -> None:
+    assert found(honest) == set()
 
 
 # --------------------------------------------------------------------------- the policy
@@ -432,6 +626,18 @@ def test_check_accepts_a_single_file(tmp_path: Path, capsys: pytest.CaptureFixtu
     path = submission(tmp_path) / "src" / "transformer.py"
     assert cli.main(["check", str(path)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "1 finding in transformer.py"
+
+
+@pytest.mark.usefixtures("no_rubric_module")
+def test_check_shows_the_findings_grading_uses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `grader grade` calls analyze_submission; `grader check` must not tell the student otherwise.
+    root = submission(tmp_path)
+    collectives = root / "src" / "collectives.py"
+    collectives.write_text("from grader.matrix import guard\n" + collectives.read_text())
+    assert cli.main(["check", str(root), "--json"]) == 0
+    shown = [Finding(**f) for f in json.loads(capsys.readouterr().out)["findings"]]
+    graded = analyze_submission(root, DEFAULT_STUDENT_FILES, DEFAULT_POLICY)
+    assert shown == graded and "grader-internals" in {f.rule for f in shown}
 
 
 def test_check_uses_the_rubric_policy_and_student_files(

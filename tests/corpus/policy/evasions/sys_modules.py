@@ -1,5 +1,6 @@
 # Evasion: torch.distributed fetched from sys.modules without importing it.
-# expect: dynamic-dist-access@9 in my_allgather
+# expect: dynamic-dist-access@10 in my_allgather
+# expect: forbidden-collective@12 in my_allgather
 import sys
 
 import torch
