@@ -1,0 +1,186 @@
+"""Every way out of ``grade`` and ``batch`` leaves no process behind (issue 11, class 6).
+
+The submission is ``tests/corpus/hostile/escape_time_bound``: importing it leaves a setsid
+double-forked grandchild sleeping forever, and one broadcast case never returns.  Each test starts
+a grading, waits until that grandchild exists (so the grading is well under way), ends the grading
+one way, and then requires that every process the grading ever started (the matrix session, the
+zygote, every group's leader, init and ranks, and the detached grandchildren) is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+ENTRY = REPO / "tests" / "corpus" / "hostile" / "escape_time_bound"
+MARKER = b"hostile-corpus"
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.geteuid() != 0, reason="PID namespaces need root")]
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid``, namespaced ones included (seen from the host's /proc)."""
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        for task in _listdir(f"/proc/{parent}/task"):
+            try:
+                children = Path(f"/proc/{parent}/task/{task}/children").read_text().split()
+            except OSError:
+                continue
+            for child in map(int, children):
+                if child not in found:
+                    found.add(child)
+                    frontier.append(child)
+    return found
+
+
+def marked() -> set[int]:
+    pids = set()
+    for name in _listdir("/proc"):
+        if name.isdigit():
+            try:
+                if MARKER in Path(f"/proc/{name}/cmdline").read_bytes():
+                    pids.add(int(name))
+            except OSError:
+                continue
+    return pids
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+class Grading:
+    """``grader <args>`` running, with every process it started so far (sampled every 0.1 s)."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.before = marked()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "grader", *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        self.seen: set[int] = set()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+
+    def _sample(self) -> None:
+        while self.proc.poll() is None:
+            self.seen |= descendants(self.proc.pid) | (marked() - self.before)
+            time.sleep(0.1)
+
+    def under_way(self) -> Grading:
+        """Wait until the submission's detached grandchild exists (the grading is well under way)."""
+        deadline = time.monotonic() + 240
+        while not (marked() - self.before):
+            assert self.proc.poll() is None, self.proc.stderr.read().decode() if self.proc.stderr else ""
+            assert time.monotonic() < deadline, "the submission never started its grandchild"
+            time.sleep(0.2)
+        time.sleep(1.0)  # let the group reach its cases
+        self.seen |= descendants(self.proc.pid) | (marked() - self.before)
+        return self
+
+    def wait(self, timeout: float) -> int:
+        code = self.proc.wait(timeout=timeout)
+        self._sampler.join()
+        return code
+
+
+def assert_all_gone(pids: set[int], within: float = 30.0) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    left = {p: Path(f"/proc/{p}/cmdline").read_bytes()[:120] for p in pids if alive(p)}
+    assert not left, f"processes outlived the grading: {left}"
+
+
+def grade_args(tmp_path: Path, *extra: str) -> list[str]:
+    return ["grade", str(ENTRY), "--out", str(tmp_path / "out"), "--format", "json", *extra]
+
+
+@pytest.mark.parametrize(
+    ("how", "sig", "codes"),
+    [
+        ("SIGTERM", signal.SIGTERM, {130}),
+        ("SIGINT", signal.SIGINT, {130}),
+        ("SIGKILL", signal.SIGKILL, {-signal.SIGKILL}),
+    ],
+)
+def test_a_grade_ended_by_a_signal_leaves_nothing(tmp_path: Path, how: str, sig: int, codes: set[int]) -> None:
+    grading = Grading(grade_args(tmp_path)).under_way()
+    assert len(grading.seen) > 5  # session, zygote, leaders, inits, ranks, the grandchild
+    grading.proc.send_signal(sig)
+    assert grading.wait(timeout=60) in codes
+    assert_all_gone(grading.seen)
+
+
+def test_a_batch_ended_by_sigkill_leaves_nothing(tmp_path: Path) -> None:
+    roster = tmp_path / "roster"
+    roster.mkdir()
+    shutil.copytree(ENTRY, roster / "alice")
+    grading = Grading(["batch", str(roster), "--out", str(tmp_path / "class"), "--jobs", "1"]).under_way()
+    grading.proc.kill()
+    grading.wait(timeout=60)
+    assert_all_gone(grading.seen)
+
+
+def test_a_batch_ended_by_sigterm_leaves_nothing(tmp_path: Path) -> None:
+    roster = tmp_path / "roster"
+    roster.mkdir()
+    shutil.copytree(ENTRY, roster / "alice")
+    grading = Grading(["batch", str(roster), "--out", str(tmp_path / "class"), "--jobs", "1"]).under_way()
+    grading.proc.terminate()
+    grading.wait(timeout=90)
+    assert_all_gone(grading.seen)
+
+
+def short_rubric(tmp_path: Path, total_timeout_s: float) -> Path:
+    data = yaml.safe_load((REPO / "rubrics" / "a9.yaml").read_text())
+    data["limits"]["total_timeout_s"] = total_timeout_s
+    path = tmp_path / "rubric.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_the_total_timeout_ends_the_grading_with_results_and_nothing_left(tmp_path: Path) -> None:
+    # Too short for the matrix: its one hanging case alone takes 10 s.
+    grading = Grading(grade_args(tmp_path, "--rubric", str(short_rubric(tmp_path, 8))))
+    assert grading.wait(timeout=120) == 0
+    assert grading.seen
+    assert_all_gone(grading.seen)
+    results = (tmp_path / "out" / "results.json").read_text()
+    assert "not run: the submission used up the total time limit" in results
+
+
+def test_a_grader_crash_leaves_nothing(tmp_path: Path) -> None:
+    (tmp_path / "out").write_text("a file where the output directory should be")
+    grading = Grading(grade_args(tmp_path))
+    assert grading.wait(timeout=240) not in (0, -signal.SIGKILL)  # it failed by itself, after grading
+    assert grading.seen
+    assert_all_gone(grading.seen)
+
+
+def test_success_leaves_nothing(tmp_path: Path) -> None:
+    grading = Grading(grade_args(tmp_path))
+    assert grading.wait(timeout=240) == 0
+    assert marked() - grading.before == set() or grading.seen
+    assert_all_gone(grading.seen)
