@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 
 class Verdict(str, enum.Enum):
@@ -40,6 +40,25 @@ class ItemStatus(str, enum.Enum):
     PENDING_REVIEW = "pending_review"  # a manual item waiting for an instructor
     AUTO_CHECKED = "auto_checked"  # scored automatically, an instructor may override
     MANUAL = "manual"  # scored by an instructor (merged from a manual-scores file)
+
+
+class TimeSource(str, enum.Enum):
+    """Who says when a submission was handed in, most trusted first (``grader.submission_time``)."""
+
+    FLAG = "flag"  # --submitted-at, given by whoever runs the grader
+    ROSTER = "roster"  # the submitted_at column of a batch roster
+    PUSH = "push"  # --pushed-at: the time the platform's server recorded the push
+    COMMIT = "commit"  # the committer date, which the student sets: only with --trust-commit-time
+    UNKNOWN = "unknown"  # none of them
+
+
+class Lateness(str, enum.Enum):
+    """Whether the late policy applied, and how."""
+
+    NO_DEADLINE = "no_deadline"
+    ON_TIME = "on_time"
+    LATE = "late"  # ``GradeResult.late`` holds the penalty
+    UNKNOWN = "unknown"  # a deadline but no trusted submission time: no penalty applied, an instructor decides
 
 
 @dataclass(frozen=True)
@@ -102,8 +121,9 @@ class SubmissionInfo:
     files: dict[str, str]  # path in submission -> "sha256:<hex>"
     digest: str  # sha256 over the sorted file digests: the submission's identity
     commit: str | None = None
-    submitted_at: str | None = None  # ISO 8601, from the git commit or a flag
+    submitted_at: str | None = None  # ISO 8601, from the source below
     problems: list[str] = field(default_factory=list)  # refused/missing files, in plain words
+    submitted_at_source: TimeSource = TimeSource.UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -126,6 +146,7 @@ class GradeResult:
     error: str | None = None
     bonus_score: float = 0.0
     late: LatePenalty | None = None
+    lateness: Lateness = Lateness.NO_DEADLINE
     findings: list[Finding] = field(default_factory=list)  # every static + runtime finding
     trace: dict[str, Any] = field(default_factory=dict)  # trace summaries by case id
     isolation: dict[str, str] = field(default_factory=dict)  # layer -> "on" | "off: <why>"
