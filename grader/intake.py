@@ -240,7 +240,7 @@ def _entries(archive: Path) -> Iterator[_Entry]:
         if isinstance(opened, zipfile.ZipFile):
             for info in opened.infolist():
                 kind = "is a symlink" if stat.S_ISLNK(info.external_attr >> 16) else "file"
-                kind = "dir" if info.is_dir() else kind
+                kind = "dir" if info.filename.endswith("/") else kind  # is_dir() fails on an empty name
                 yield info.filename, kind, info.file_size, functools.partial(opened.open, info)
         else:
             for tinfo in opened:
@@ -253,9 +253,9 @@ def _tar_kind(info: tarfile.TarInfo) -> str:
 
 
 def _safe_member(name: str) -> PurePosixPath | None:
-    """The member's relative path, or None when it is absolute or climbs out with ``..``."""
+    """The member's relative path, or None when it is empty, absolute or climbs out with ``..``."""
     member = PurePosixPath(name.replace("\\", "/"))
-    if member.is_absolute() or ":" in (member.parts[0] if member.parts else "") or ".." in member.parts:
+    if not member.parts or member.is_absolute() or ":" in member.parts[0] or ".." in member.parts:
         return None
     return member
 

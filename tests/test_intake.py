@@ -409,6 +409,11 @@ def test_archive_members_nested_too_deep_or_unwritable_are_refused_and_the_rest_
     )
 
 
+def test_a_zip_member_whose_name_zipfile_reads_as_empty_is_skipped(tmp_path: Path) -> None:
+    archive = make_zip(tmp_path / "sub.zip", [("\0", b"", 0o100644), ("src/collectives.py", COLLECTIVES, 0o100644)])
+    assert grab(archive, tmp_path / "sandbox").present == frozenset({"src/collectives.py"})
+
+
 def test_a_tar_declaring_far_more_than_the_limit_is_not_read_through(tmp_path: Path) -> None:
     path = tmp_path / "bomb.tar.gz"
     with tarfile.open(path, "w:gz") as tf:
