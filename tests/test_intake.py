@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import socket
 import stat
 import subprocess
 import tarfile
@@ -377,6 +378,15 @@ def test_hard_links_are_refused(tmp_path: Path) -> None:
     intake = grab(sub, tmp_path / "sandbox")
     assert intake.present == frozenset({"src/transformer.py"})
     assert "src/collectives.py is a hard link (2 names for one file): refused" in intake.problems
+
+
+def test_sockets_are_refused(tmp_path: Path, monkeypatch) -> None:
+    sub = write_tree(tmp_path / "sub", {"src/collectives.py": COLLECTIVES})
+    monkeypatch.chdir(sub)  # a socket's path must be short: bind it relative to here
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind("written_answers_task1.md")
+        intake = grab(sub, tmp_path / "sandbox")
+    assert "written_answers_task1.md is a socket: refused" in intake.problems
 
 
 def test_names_of_any_bytes_reach_the_problems_printable(tmp_path: Path) -> None:
