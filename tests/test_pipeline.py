@@ -149,3 +149,24 @@ def test_a_deadline_without_a_trusted_time_leaves_lateness_to_the_instructor(tmp
     trusted, _ = grade(tmp_path / "trusted", repo, *deadline, "--trust-commit-time")
     assert trusted.submission.submitted_at_source.value == "commit"
     assert (trusted.lateness.value, trusted.late and trusted.late.days_late, trusted.score) == ("late", 6, 52.5)
+
+
+def test_the_docker_backend_hands_every_time_option_to_the_grader_in_the_container(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from grader.backends import docker
+
+    seen: list[list[str]] = []
+
+    def container(*args: object, extra_args: list[str], **kwargs: object) -> docker.ContainerOutcome:
+        seen.append(extra_args)
+        return docker.ContainerOutcome("start_failed", None, "not started in this test")
+
+    monkeypatch.setattr(docker, "grade_in_container", container)
+    options = ["--pushed-at", "1770282000", "--deadline", "2026-01-15T00:00:00Z", "--trust-commit-time"]
+    code = main(["grade", str(ROOT / "student_template"), "--backend", "docker", "--out", str(tmp_path), *options])
+    assert code == 2  # the container did not start: the grader's error, with a result saying so
+    assert seen == [options]
+    roster = ["--submitted-at", "2026-01-14T00:00:00Z", "--submitted-at-source", "roster"]
+    main(["grade", str(ROOT / "student_template"), "--backend", "docker", "--out", str(tmp_path), *roster])
+    assert seen[-1] == roster
