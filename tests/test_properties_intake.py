@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -31,6 +32,9 @@ from grader.render.outputs import OUTPUT_FILES, write_outputs
 from grader.results import schema_path
 from grader.rubric import load_rubric
 from grader.scoring import score
+
+# Archives with a member twice are part of what is tried.
+pytestmark = pytest.mark.filterwarnings("ignore:Duplicate name:UserWarning")
 
 RUBRIC = load_rubric(None, list(catalog.all_case_ids()))
 JUNIT = Path(__file__).parent / "fixtures" / "results" / "junit.xml"
