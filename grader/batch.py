@@ -13,7 +13,7 @@ Layout of DIR::
     index.html                    class report
     students/<student>/           everything `grader grade --out` writes, plus
         grade.log                 its stdout and stderr
-        batch-outcome.json        status, exit code, seconds, message
+        batch-outcome.json        status, exit code, seconds spent grading, message
         cache-key.json            only when graded: what the result is valid for
         final.json                the result with manual scores merged (what the reports show)
         report.html               the student report
@@ -38,8 +38,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -51,9 +50,11 @@ from grader.errors import UserError
 from grader.intake import materialize
 from grader.manual import ManualScores, apply_manual, load_manual
 from grader.render.html import fmt_points, render_class_report, render_student_report
-from grader.render.outputs import atomic_write
-from grader.results import GradeResult, ItemStatus, Verdict
+from grader.render.outputs import write_text
+from grader.results import GradeResult, ItemStatus, Lateness, TimeSource, Verdict
 from grader.rubric import Rubric, default_rubric_path, load_rubric
+from grader.submission_time import given, parse_time
+from grader.text import shown
 
 GRADED, TIMEOUT, GRADER_ERROR, NO_SUBMISSION = "graded", "timeout", "grader_error", "no_submission"
 
@@ -125,7 +126,7 @@ def _roster_from_dir(root: Path) -> list[Student]:
     )
     if not entries:
         raise UserError(f"{root}: no submissions (expected one folder, .zip or .tar.gz per student)")
-    names = [_archive_stem(p.name) or p.name for p in entries]
+    names = [shown(_archive_stem(p.name) or p.name) for p in entries]  # a folder name may be any bytes
     names = strip_common_prefix(names)
     return _checked([Student(name, str(p.resolve())) for name, p in zip(names, entries, strict=True)], root)
 
@@ -133,21 +134,25 @@ def _roster_from_dir(root: Path) -> list[Student]:
 def _roster_from_csv(path: Path) -> list[Student]:
     students = []
     with path.open(newline="", encoding="utf-8-sig") as fh:
-        for lineno, row in enumerate(csv.reader(fh), start=1):
-            cells = [c.strip() for c in row]
-            if not any(cells) or cells[0].startswith("#"):
-                continue
-            if lineno == 1 and cells[0].lower() == "student":
-                continue
-            if len(cells) not in (2, 3):
-                raise UserError(f"{path}:{lineno}: expected student,path_or_git_url[,submitted_at]")
-            name, source = cells[0], cells[1]
-            if source and not _is_git_url(source):
-                source = str((path.parent / source).resolve())
-            submitted_at = cells[2] if len(cells) == 3 and cells[2] else None
-            if submitted_at:
-                _parse_iso(submitted_at, f"{path}:{lineno}")
-            students.append(Student(name, source, submitted_at))
+        try:
+            rows = list(csv.reader(fh))
+        except (csv.Error, UnicodeDecodeError) as exc:
+            raise UserError(f"{path}: not a readable CSV roster ({exc})") from None
+    for lineno, row in enumerate(rows, start=1):
+        cells = [c.strip() for c in row]
+        if not any(cells) or cells[0].startswith("#"):
+            continue
+        if lineno == 1 and cells[0].lower() == "student":
+            continue
+        if len(cells) not in (2, 3):
+            raise UserError(f"{path}:{lineno}: expected student,path_or_git_url[,submitted_at]")
+        name, source = shown(cells[0]), cells[1]
+        if source and not _is_git_url(source):
+            source = str((path.parent / source).resolve())
+        submitted_at = cells[2] if len(cells) == 3 and cells[2] else None
+        if submitted_at:
+            parse_time(submitted_at, f"{path}:{lineno}")
+        students.append(Student(name, source, submitted_at))
     return _checked(students, path)
 
 
@@ -155,7 +160,7 @@ def _checked(students: list[Student], where: Path) -> list[Student]:
     """Names become directory names: refuse anything that could escape ``students/`` or collide."""
     seen: set[str] = set()
     for s in students:
-        if not s.name or s.name.startswith(".") or any(c in s.name for c in "/\\\0") or s.name != s.name.strip():
+        if not s.name or s.name.startswith(".") or any(c in s.name for c in "/\0") or s.name != s.name.strip():
             raise UserError(f"{where}: {s.name!r} is not usable as a student name")
         if s.name in seen:
             raise UserError(f"{where}: student {s.name!r} appears twice")
@@ -183,24 +188,20 @@ def _is_git_url(source: str) -> bool:
     return "://" in source or source.startswith("git@")
 
 
-def _parse_iso(value: str, where: str) -> datetime:
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise UserError(f"{where}: {value!r} is not an ISO 8601 time (e.g. 2025-03-01T23:59:00+01:00)") from None
-
-
 # ----------------------------------------------------------------------------------------------
 # Cache keys
 
 
-def submission_key(student: Student, rubric: Rubric, scratch: Path) -> tuple[dict[str, Any] | None, str]:
+def submission_key(
+    student: Student, rubric: Rubric, scratch: Path, trust_commit_time: bool = False
+) -> tuple[dict[str, Any] | None, str]:
     """The cache key of a submission, computed without grading: ``(None, why)`` when there is nothing
     to grade.
 
     The digest is ``SubmissionInfo.digest`` itself: intake's ``materialize`` copies the rubric's files
     into a throw-away sandbox exactly as ``grader grade`` will, so a cached result is valid precisely
-    when the files it graded are unchanged.  The commit time is part of the key (it decides lateness).
+    when the files it graded are unchanged.  The submission time and its source are part of the key
+    (they decide lateness).
     """
     if not student.source:
         return None, "no submission listed in the roster"
@@ -213,7 +214,8 @@ def submission_key(student: Student, rubric: Rubric, scratch: Path) -> tuple[dic
                 dest=Path(tmp) / "sandbox",
                 max_file_bytes=rubric.limits.file_size_mb << 20,
                 max_total_bytes=rubric.limits.submission_mb << 20,
-                submitted_at=student.submitted_at,
+                submitted_at=given(student.submitted_at, TimeSource.ROSTER),
+                trust_commit_time=trust_commit_time,
             )
         except UserError as exc:
             return None, str(exc)
@@ -222,6 +224,7 @@ def submission_key(student: Student, rubric: Rubric, scratch: Path) -> tuple[dic
     key = {
         "submission": taken.info.digest,
         "submitted_at": taken.info.submitted_at,
+        "submitted_at_source": taken.info.submitted_at_source.value,
         "rubric": rubric.digest,
         "grader_version": __version__,
     }
@@ -233,7 +236,7 @@ def prepare_rubric(rubric: Path | None, deadline: str | None, out: Path) -> Path
     because `grader grade` takes the deadline from its rubric; its digest then keys the cache."""
     if deadline is None:
         return rubric
-    _parse_iso(deadline, "--deadline")
+    parse_time(deadline, "--deadline")
     source = rubric or default_rubric_path()
     data = yaml.safe_load(source.read_text(encoding="utf-8"))
     if not isinstance(data, dict) or not isinstance(data.get("late"), dict):
@@ -241,16 +244,12 @@ def prepare_rubric(rubric: Path | None, deadline: str | None, out: Path) -> Path
     data["late"]["deadline"] = deadline
     derived = out / "rubric.yaml"
     header = f"# {source} with the deadline set by `grader batch --deadline`; written on every run.\n"
-    write_atomic(derived, header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000))
+    write_text(derived, header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000))
     return derived
 
 
 # ----------------------------------------------------------------------------------------------
 # Files
-
-
-def write_atomic(path: Path, text: str) -> None:
-    atomic_write(path, text.encode("utf-8"))
 
 
 def _install_dir(tmp: Path, final: Path) -> None:
@@ -299,6 +298,7 @@ class _Grader:
         options: list[str],
         timeout: float,
         force: bool,
+        trust_commit_time: bool = False,
     ):
         self.students_dir = students_dir
         self.rubric = rubric
@@ -306,6 +306,7 @@ class _Grader:
         self.options = options  # --rubric, --backend: the same for every student
         self.timeout = timeout
         self.force = force
+        self.trust_commit_time = trust_commit_time  # passed in options too; the cache key needs it
         self._running: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
         self._stopping = False
@@ -320,7 +321,7 @@ class _Grader:
 
     def _process(self, student: Student) -> tuple[str, bool]:
         final = self.students_dir / student.name
-        key, why = submission_key(student, self.rubric, self.students_dir)
+        key, why = submission_key(student, self.rubric, self.students_dir, self.trust_commit_time)
         if key is None:
             _record(final, Outcome(NO_SUBMISSION, why))
             return NO_SUBMISSION, False
@@ -334,7 +335,7 @@ class _Grader:
         log_path = tmp.with_name(tmp.name + ".log")
         cmd = [*self.command, student.source, "--out", str(tmp), *self.options]
         if student.submitted_at:
-            cmd += ["--submitted-at", student.submitted_at]
+            cmd += ["--submitted-at", student.submitted_at, "--submitted-at-source", TimeSource.ROSTER.value]
         start = time.monotonic()
         with log_path.open("wb") as log:
             outcome = self._run(cmd, log)
@@ -344,9 +345,9 @@ class _Grader:
             outcome = _classify(tmp, outcome)
         if outcome.status != GRADED and not outcome.message:
             outcome.message = _tail(tmp / "grade.log")
-        write_atomic(tmp / "batch-outcome.json", json.dumps(vars(outcome), indent=2) + "\n")
+        write_text(tmp / "batch-outcome.json", json.dumps(vars(outcome), indent=2) + "\n")
         if outcome.status == GRADED:
-            write_atomic(tmp / "cache-key.json", json.dumps(key, indent=2) + "\n")
+            write_text(tmp / "cache-key.json", json.dumps(key, indent=2) + "\n")
         _install_dir(tmp, self.students_dir / student.name)
         return outcome
 
@@ -396,17 +397,18 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _classify(out: Path, run: Outcome) -> Outcome:
-    """Decide the status of a grade that exited in time, from what it left behind."""
+    """Decide the status of a grade that exited in time, from what it left behind (``run`` keeps its
+    exit code and seconds)."""
     data = _read_json(out / "results.json")
     if data is None:
-        return Outcome(GRADER_ERROR, returncode=run.returncode)
+        return replace(run, status=GRADER_ERROR)
     try:
         result = GradeResult.from_dict(data)
     except (TypeError, ValueError, KeyError) as exc:
-        return Outcome(GRADER_ERROR, f"results.json does not match the result model: {exc}", run.returncode)
+        return replace(run, status=GRADER_ERROR, message=f"results.json does not match the result model: {exc}")
     if result.status != "graded":
-        return Outcome(GRADER_ERROR, result.error or "the grader reported an error", run.returncode)
-    return Outcome(GRADED, returncode=run.returncode)
+        return replace(run, status=GRADER_ERROR, message=result.error or "the grader reported an error")
+    return run
 
 
 def _tail(path: Path) -> str:
@@ -466,6 +468,8 @@ def flags_for(outcome: Outcome, result: GradeResult | None, case_verdicts: dict[
             flags.add("forbidden")
         if result.late is not None and result.late.points > 0:
             flags.add("late")
+        if result.lateness is Lateness.UNKNOWN:  # no trusted submission time: the instructor decides
+            flags.add("late_unknown")
         if any(item.status == ItemStatus.PENDING_REVIEW for item in result.items()):
             flags.add("review")
         if any(item.status == ItemStatus.MANUAL for item in result.items()):
@@ -554,6 +558,7 @@ def run_batch(
     deadline: str | None = None,
     force: bool = False,
     timeout: float = 900.0,
+    trust_commit_time: bool = False,
     grade_cmd: Sequence[str] | None = None,
     progress: TextIO | None = None,
 ) -> list[GradebookRow]:
@@ -581,7 +586,9 @@ def run_batch(
         options = ["--rubric", str(rubric_path.resolve())] if rubric_path else []
         if backend == "docker":
             options += ["--backend", "docker", "--image", image]
-        grader = _Grader(students_dir, loaded, command, options, timeout, force)
+        if trust_commit_time:
+            options.append("--trust-commit-time")
+        grader = _Grader(students_dir, loaded, command, options, timeout, force, trust_commit_time)
         for leftover in [*students_dir.glob(".tmp-*"), *students_dir.glob(".old-*")]:
             _remove(leftover)
         _grade_all(students, grader, jobs, progress or sys.stderr)
@@ -620,7 +627,7 @@ def _record(final: Path, outcome: Outcome) -> None:
         return
     tmp = final.with_name(f".tmp-{final.name}-{uuid.uuid4().hex}")
     tmp.mkdir()
-    write_atomic(tmp / "batch-outcome.json", json.dumps(vars(outcome), indent=2) + "\n")
+    write_text(tmp / "batch-outcome.json", json.dumps(vars(outcome), indent=2) + "\n")
     _install_dir(tmp, final)
 
 
@@ -647,12 +654,12 @@ def _write_reports(students: list[Student], out: Path, manual: dict[str, ManualS
                 raise UserError(f"manual scores for {student.name}: {exc}") from None
         verdicts[student.name] = case_verdicts(student_dir / "junit.xml")
         if result is not None:
-            write_atomic(student_dir / "final.json", result.to_json())
-            write_atomic(student_dir / "report.html", render_student_report(result, student=student.name))
+            write_text(student_dir / "final.json", result.to_json())
+            write_text(student_dir / "report.html", render_student_report(result, student=student.name))
         results[student.name] = result
         rows.append(gradebook_row(student.name, outcome, result, verdicts[student.name]))
-    write_atomic(out / "gradebook.csv", render_gradebook(rows, task_columns(results.values())))
-    write_atomic(out / "index.html", render_class_report(results, rows, case_verdicts=verdicts))
+    write_text(out / "gradebook.csv", render_gradebook(rows, task_columns(results.values())))
+    write_text(out / "index.html", render_class_report(results, rows, case_verdicts=verdicts))
     return rows
 
 
@@ -673,6 +680,7 @@ def main(args: argparse.Namespace) -> int:
             deadline=args.deadline,
             force=args.force,
             timeout=args.timeout,
+            trust_commit_time=args.trust_commit_time,
         )
     except KeyboardInterrupt:
         print("grader batch: interrupted; rerun the same command to finish", file=sys.stderr)

@@ -1,7 +1,8 @@
 """Command-line front end.  Each sub-command hands its parsed arguments to the stage that owns it.
 
 Exit status: 0 whenever the command did its job (a grade was produced, whatever the score);
-1 for bad input the user can fix (the message says how); 2 when the grader itself failed.
+1 for bad input the user can fix (the message says how); 2 when the grader itself failed.  Never
+a traceback: whatever escapes a command is reported on one line as the grader's own fault.
 """
 
 from __future__ import annotations
@@ -10,11 +11,15 @@ import argparse
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
 from grader import __version__
 from grader.errors import GraderError, UserError
+from grader.results import TimeSource
+
+TIME_HELP = "ISO 8601 (without a zone: UTC) or Unix seconds"
 
 FORMATS = ("json", "junit", "gradescope", "classroom", "markdown", "terminal")
 
@@ -37,12 +42,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     grade.add_argument("--backend", choices=("local", "docker"), default="local")
     grade.add_argument("--image", default="grader:local", help="image for --backend docker")
-    grade.add_argument("--submitted-at", default=None, help="ISO time, overrides the git commit time")
     grade.add_argument(
         "--secret-file",
         type=Path,
         default=None,
         help="the instructor's secret input salt (default: GRADER_INPUT_SALT, else random per grading)",
+    )
+    grade.add_argument("--submitted-at", default=None, help=f"when it was handed in ({TIME_HELP}); wins over all")
+    grade.add_argument(
+        "--pushed-at",
+        default=None,
+        help=f"when the platform's server recorded the push ({TIME_HELP}), e.g. github.event.repository.pushed_at",
+    )
+    grade.add_argument("--deadline", default=None, help=f"overrides the rubric's deadline ({TIME_HELP})")
+    add_trust_commit_time(grade)
+    # `grader batch` passes a roster's submitted_at column as --submitted-at with source "roster".
+    grade.add_argument(
+        "--submitted-at-source",
+        choices=(TimeSource.FLAG.value, TimeSource.ROSTER.value),
+        default=TimeSource.FLAG.value,
+        help=argparse.SUPPRESS,
     )
     grade.add_argument("--jobs", type=int, default=None, help=argparse.SUPPRESS)
 
@@ -68,10 +87,19 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--image", default="grader:local")
     batch.add_argument("--rubric", type=Path, default=None)
     batch.add_argument("--manual", type=Path, default=None, help="CSV or YAML of manual item scores")
-    batch.add_argument("--deadline", default=None, help="ISO time, overrides the rubric's deadline")
+    batch.add_argument("--deadline", default=None, help=f"overrides the rubric's deadline ({TIME_HELP})")
+    add_trust_commit_time(batch)
     batch.add_argument("--force", action="store_true", help="regrade even when a cached result exists")
     batch.add_argument("--timeout", type=float, default=900.0, help="seconds per submission")
     return parser
+
+
+def add_trust_commit_time(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--trust-commit-time",
+        action="store_true",
+        help="without a submission or push time, take the commit's date (the student sets it: see README)",
+    )
 
 
 #: Set by ``grader batch`` for the grades it starts: the parent's pid, whose death ends the grade.
@@ -90,14 +118,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         die_with_parent(int(parent), signal.SIGTERM)
     try:
         return _dispatch(args)
-    except KeyboardInterrupt:
-        print("grader: interrupted", file=sys.stderr)
-        return 130
     except UserError as exc:
         print(f"grader: {exc}", file=sys.stderr)
         return 1
     except GraderError as exc:
         print(f"grader: internal error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("grader: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug in the grader, whatever the input: one line saying where, never a traceback
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        print(
+            f"grader: internal error (a bug in the grader, not your fault): {type(exc).__name__}: {exc} "
+            f"at {Path(where.filename).name}:{where.lineno}",
+            file=sys.stderr,
+        )
         return 2
 
 

@@ -82,8 +82,8 @@ def answer_sections(text: str) -> dict[str, str]:
     """``{"Q1": text, ...}``: each answer runs from its heading to the next one (first one wins)."""
     headings = list(_HEADING.finditer(text))
     sections: dict[str, str] = {}
-    for heading, following in zip(headings, [*headings[1:], None], strict=True):
-        end = following.start() if following else len(text)
+    for i, heading in enumerate(headings):
+        end = headings[i + 1].start() if i + 1 < len(headings) else len(text)
         sections.setdefault(f"Q{int(heading.group(1))}", text[heading.end() : end])
     return sections
 

@@ -23,31 +23,49 @@ Where the files are looked for (the *search rule*):
 
 Nothing is ever read through a symbolic link: every path component is opened with ``O_NOFOLLOW``
 relative to its parent, so ``src -> /elsewhere`` is refused like ``collectives.py -> /elsewhere``.
+A hard link, FIFO, device or socket is refused too.
+
+Nothing in a submission runs here either: a git repository is read as data by
+:mod:`grader.gitread`, never by ``git``, which would run programs the repository's config names.
+Every walk is breadth first and bounded (:data:`MAX_DEPTH`, :data:`MAX_ENTRIES`), every name that
+reaches a message is made printable (:func:`grader.text.shown`), and what was refused or cut short
+is a problem in plain words: no submission makes the intake fail for any other reason than that
+nothing can be graded.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import lzma
 import os
 import stat
-import subprocess
 import tarfile
 import tempfile
 import zipfile
+import zlib
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import IO
 
+from grader import gitread
 from grader.errors import UserError
 from grader.results import SubmissionInfo
+from grader.submission_time import SubmittedAt, resolve
+from grader.text import shown
 
-SEARCH_DEPTH = 3
+SEARCH_DEPTH = 3  # levels searched for the directory that holds the student files
+MAX_DEPTH = 64  # folder levels searched for a deliverable, and kept from an archive
+MAX_ENTRIES = 50_000  # files and folders looked at in one submission
 MAX_ARCHIVE_MEMBERS = 20_000
-GIT_TIMEOUT_S = 120.0
+#: An archive's members may declare this many times the submission limit before reading stops
+#: (skipping a member of a compressed tar means decompressing it).
+ARCHIVE_DECLARED_FACTOR = 8
 _SKIP_DIRS = frozenset({"__MACOSX", "__pycache__", "node_modules"})
-_GIT_URL_PREFIXES = ("http://", "https://", "ssh://", "git://", "git@", "file://")
+#: What a damaged archive raises besides the archive modules' own errors.
+_ARCHIVE_ERRORS = (OSError, EOFError, RuntimeError, NotImplementedError, ValueError, zlib.error, lzma.LZMAError)
 
 
 @dataclass(frozen=True)
@@ -73,7 +91,13 @@ class _Budget:
     max_total: int
     expanded: int = 0  # bytes an archive expanded to
     used: int = 0  # bytes copied into the sandbox
+    looked_at: int = 0  # directory entries scanned, against MAX_ENTRIES
     problems: list[str] = field(default_factory=list)
+
+    def note(self, problem: str) -> None:
+        """Record a problem once, however many times it is met."""
+        if problem not in self.problems:
+            self.problems.append(problem)
 
 
 def materialize(
@@ -83,32 +107,37 @@ def materialize(
     dest: Path,
     max_file_bytes: int,
     max_total_bytes: int,
-    submitted_at: str | None = None,
+    submitted_at: SubmittedAt | None = None,
+    trust_commit_time: bool = False,
 ) -> Intake:
     """Build the sandbox ``dest`` (created; must not exist or be empty) from ``source``.
 
-    Raises :class:`UserError` only when nothing can be graded: the source does not exist, is an
-    unreadable archive, cannot be cloned, or holds several submissions.
+    ``submitted_at`` is the most trusted time given by the caller (``grader.submission_time``);
+    without one, the commit's date counts only with ``trust_commit_time``.  Raises
+    :class:`UserError` only when nothing can be graded: the source does not exist, is an unreadable
+    archive, cannot be fetched, or holds several submissions.
     """
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise FileExistsError(f"{dest} is not empty: the sandbox must be fresh")
     budget = _Budget(max_file_bytes, max_total_bytes)
     with tempfile.TemporaryDirectory(prefix="grader-intake-") as tmp:
-        root, commit, commit_time = _unpack(str(source), Path(tmp), budget, student_files + deliverables)
-        root = _find_root(root, student_files)
+        top, head = _unpack(str(source), Path(tmp), budget, student_files + deliverables)
+        root = _find_root(top, student_files, budget)
         files = _copy_all(root, student_files, deliverables, dest, budget)
-        if commit is not None:
-            budget.problems += _uncommitted(root, files)
+        if head is None and os.path.lexists(top / ".git"):  # a checkout: graded as in its working tree
+            head = _checkout_head(top, root, files, budget)
     digests = {name: copied.digest for name, copied in sorted(files.items())}
     lines = "".join(f"{name}:{digest}\n" for name, digest in digests.items())
+    when = resolve(submitted_at, head.committed_at if head else None, trust_commit_time)
     info = SubmissionInfo(
-        source=str(source),
+        source=shown(str(source)),
         files=digests,
         digest="sha256:" + hashlib.sha256(lines.encode()).hexdigest(),
-        commit=commit,
-        submitted_at=submitted_at or commit_time,
+        commit=head.commit if head else None,
+        submitted_at=when.value,
         problems=list(budget.problems),
+        submitted_at_source=when.source,
     )
     present = frozenset(copied.rubric_name for copied in files.values())
     return Intake(sandbox=dest, info=info, present=present, problems=list(budget.problems))
@@ -117,129 +146,106 @@ def materialize(
 # --- where the submission comes from -------------------------------------------------------------
 
 
-def _unpack(source: str, tmp: Path, budget: _Budget, wanted: list[str]) -> tuple[Path, str | None, str | None]:
-    """Return (directory to search, commit sha, commit time) for any accepted form of ``source``."""
+def _unpack(source: str, tmp: Path, budget: _Budget, wanted: list[str]) -> tuple[Path, gitread.Head | None]:
+    """Return (directory to search, the commit when the files came out of one) for any form of ``source``."""
     path = Path(source)
-    if source.startswith(_GIT_URL_PREFIXES) or (path.is_dir() and _is_bare_repo(path)):
-        repo = _clone(source, tmp / "clone", wanted)
-        return (repo, *_head(repo))
+    if gitread.is_url(source) or (path.is_dir() and gitread.is_bare_repository(path)):
+        names = sorted({PurePosixPath(w).name for w in wanted})
+        head = gitread.export(source, tmp / "export", names, budget.max_file, budget.max_total)
+        for note in head.notes:
+            budget.note(note)
+        return tmp / "export", head
     if not path.exists():
-        raise UserError(f"{source} does not exist")
+        raise UserError(f"{shown(source)} does not exist")
     if path.is_dir():
-        if (path / ".git").exists():
-            sha, when = _head(path)
-            return path, sha, when
-        return path, None, None
+        return path, None
     out = tmp / "archive"
     out.mkdir()
     _extract(path, out, budget, wanted)
-    return out, None, None
+    return out, None
 
 
-def _is_bare_repo(path: Path) -> bool:
-    return (path / "HEAD").is_file() and (path / "objects").is_dir() and not (path / ".git").exists()
-
-
-def _git(args: list[str], cwd: Path, binary: bool = False) -> Any:
-    """Run git on possibly hostile data: no hooks, no fsmonitor, no prompts, no ownership checks."""
-    cmd = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "safe.directory=*"]
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "GIT_LFS_SKIP_SMUDGE": "1"}
-    try:
-        done = subprocess.run(
-            [*cmd, *args], cwd=cwd, env=env, capture_output=True, text=not binary, timeout=GIT_TIMEOUT_S
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UserError(f"git {args[0]} failed: {exc}") from exc
-    if done.returncode != 0:
-        raise UserError(f"git {args[0]} failed: {str(done.stderr).strip() or done.returncode}")
-    return done.stdout
-
-
-def _clone(url: str, into: Path, wanted: list[str]) -> Path:
-    """Shallow clone without checkout, then check out only paths whose basename the rubric names.
-
-    Checking out selectively bounds what lands on disk; symlinks are checked out as symlinks so the
-    copy step refuses them exactly as it does in a directory.
-    """
-    _git(["clone", "--quiet", "--depth", "1", "--no-checkout", "--", url, str(into)], cwd=into.parent)
-    names = {PurePosixPath(w).name for w in wanted}
-    listing = _git(["ls-tree", "-r", "-z", "--name-only", "HEAD"], cwd=into)
-    paths = [p for p in listing.split("\0") if p and PurePosixPath(p).name in names]
-    if paths:
-        _git(["-c", "core.symlinks=true", "checkout", "--quiet", "HEAD", "--", *paths], cwd=into)
-    return into
-
-
-def _head(repo: Path) -> tuple[str | None, str | None]:
-    """(sha, ISO 8601 commit time) of HEAD, or (None, None) for a repo without commits."""
-    try:
-        out = _git(["log", "-1", "--format=%H%x00%cI", "HEAD"], cwd=repo).strip()
-    except UserError:
-        return None, None
-    sha, _, when = out.partition("\0")
-    return sha or None, when or None
-
-
-def _uncommitted(root: Path, files: dict[str, _Copied]) -> list[str]:
-    """Name the copied files whose content differs from HEAD: the commit recorded is not what ran."""
-    notes = []
-    for copied in files.values():
-        try:
-            blob = _git(["cat-file", "blob", f"HEAD:./{copied.found}"], cwd=root, binary=True)
-        except UserError:
-            blob = b""
-        if "sha256:" + hashlib.sha256(blob).hexdigest() != copied.digest:
-            notes.append(f"{copied.found} differs from the last commit: graded as in the working tree")
-    return notes
+def _checkout_head(top: Path, root: Path, files: dict[str, _Copied], budget: _Budget) -> gitread.Head:
+    """The checkout's last commit, and which copied files differ from it: the commit recorded is
+    then not exactly what ran."""
+    where = {name: str((root / copied.found).relative_to(top)) for name, copied in files.items()}
+    head = gitread.read_head(top, sorted(where.values()))
+    for note in head.notes:
+        budget.note(note)
+    if head.commit is not None:
+        for name, copied in sorted(files.items()):
+            if head.blobs.get(where[name]) != copied.digest:
+                budget.note(f"{shown(copied.found)} differs from the last commit: graded as in the working tree")
+    return head
 
 
 # --- archives ------------------------------------------------------------------------------------
 
-# One archive entry, whatever the format: (name, kind, open) with kind "file", "dir", or the reason
-# it is refused ("is a symlink", ...); ``open`` yields the bytes of a file.
-_Entry = tuple[str, str, Callable[[], IO[bytes] | None]]
+# One archive entry, whatever the format: (name, kind, declared size, open) with kind "file", "dir",
+# or the reason it is refused ("is a symlink", ...); ``open`` yields the bytes of a file.
+_Entry = tuple[str, str, int, Callable[[], IO[bytes] | None]]
 
 
 def _extract(archive: Path, out: Path, budget: _Budget, wanted: list[str]) -> None:
     """Extract regular files and directories only; refuse anything that could point outside ``out``."""
     names = {PurePosixPath(w).name for w in wanted}
+    declared_cap = ARCHIVE_DECLARED_FACTOR * budget.max_total
+    declared = 0
     try:
-        for count, (name, kind, opener) in enumerate(_entries(archive)):
+        for count, (name, kind, size, opener) in enumerate(_entries(archive)):
             if count >= MAX_ARCHIVE_MEMBERS:
-                budget.problems.append(f"the archive has over {MAX_ARCHIVE_MEMBERS} entries: rest ignored")
+                budget.note(f"the archive has over {MAX_ARCHIVE_MEMBERS} entries: rest ignored")
+                return
+            declared += size
+            if declared > declared_cap:
+                budget.note(f"the archive's members declare over {declared_cap} bytes: rest ignored")
                 return
             member = _safe_member(name)
-            why = "points outside the archive" if member is None else kind
-            if member is None or kind not in ("file", "dir"):
-                # Only refusals of files the rubric asks for are worth telling the student about.
-                if PurePosixPath(name.replace("\\", "/")).name in names:
-                    budget.problems.append(f"{name} in the archive {why}: refused")
-            elif kind == "dir":
-                (out / member).mkdir(parents=True, exist_ok=True)
-            elif not _write_member(opener, out / member, budget):
-                budget.problems.append(f"the archive expands past {budget.max_total} bytes: stopped there")
-                return
-    except (zipfile.BadZipFile, tarfile.TarError, OSError, EOFError, RuntimeError) as exc:
-        budget.problems.append(f"the archive is damaged ({exc}): only the part before it was read")
+            why = _member_refusal(member, kind)
+            if why is None and member is not None:
+                try:
+                    if kind == "dir":
+                        (out / member).mkdir(parents=True, exist_ok=True)
+                    elif not _write_member(opener, out / member, budget):
+                        budget.note(f"the archive expands past {budget.max_total} bytes: stopped there")
+                        return
+                except OSError as exc:  # a name too long, a file where a folder was, ...
+                    why = f"cannot be written ({exc.strerror})"
+            # Only refusals of files the rubric asks for are worth telling the student about.
+            if why is not None and PurePosixPath(name.replace("\\", "/")).name in names:
+                budget.note(f"{shown(name)} in the archive {why}: refused")
+    except (zipfile.BadZipFile, tarfile.TarError, *_ARCHIVE_ERRORS) as exc:
+        budget.note(f"the archive is damaged ({shown(str(exc))}): only the part before it was read")
+
+
+def _member_refusal(member: PurePosixPath | None, kind: str) -> str | None:
+    """Why an archive member is not extracted, or None when it is."""
+    if member is None:
+        return "points outside the archive"
+    if len(member.parts) > MAX_DEPTH:
+        return f"is nested over {MAX_DEPTH} folders deep"
+    return None if kind in ("file", "dir") else kind
 
 
 def _entries(archive: Path) -> Iterator[_Entry]:
     lower = archive.name.lower()
+    shown_name = shown(str(archive))
     if not lower.endswith((".zip", ".tar.gz", ".tgz", ".tar")):
-        raise UserError(f"{archive} is neither a directory, a .zip/.tar.gz archive nor a git repository")
+        raise UserError(f"{shown_name} is neither a directory, a .zip/.tar.gz archive nor a git repository")
     try:
         opened = zipfile.ZipFile(archive) if lower.endswith(".zip") else tarfile.open(archive)  # noqa: SIM115
-    except (OSError, zipfile.BadZipFile, tarfile.TarError) as exc:
-        raise UserError(f"{archive} is not a readable archive: {exc}") from exc
+    except (zipfile.BadZipFile, tarfile.TarError, *_ARCHIVE_ERRORS) as exc:
+        raise UserError(f"{shown_name} is not a readable archive: {shown(str(exc))}") from exc
     with opened:
         if isinstance(opened, zipfile.ZipFile):
             for info in opened.infolist():
                 kind = "is a symlink" if stat.S_ISLNK(info.external_attr >> 16) else "file"
-                yield info.filename, "dir" if info.is_dir() else kind, functools.partial(opened.open, info)
+                kind = "dir" if info.filename.endswith("/") else kind  # is_dir() fails on an empty name
+                yield info.filename, kind, info.file_size, functools.partial(opened.open, info)
         else:
             for tinfo in opened:
                 kind = "dir" if tinfo.isdir() else "file" if tinfo.isreg() else _tar_kind(tinfo)
-                yield tinfo.name, kind, functools.partial(opened.extractfile, tinfo)
+                yield tinfo.name, kind, tinfo.size, functools.partial(opened.extractfile, tinfo)
 
 
 def _tar_kind(info: tarfile.TarInfo) -> str:
@@ -247,9 +253,9 @@ def _tar_kind(info: tarfile.TarInfo) -> str:
 
 
 def _safe_member(name: str) -> PurePosixPath | None:
-    """The member's relative path, or None when it is absolute or climbs out with ``..``."""
+    """The member's relative path, or None when it is empty, absolute or climbs out with ``..``."""
     member = PurePosixPath(name.replace("\\", "/"))
-    if member.is_absolute() or ":" in (member.parts[0] if member.parts else "") or ".." in member.parts:
+    if not member.parts or member.is_absolute() or ":" in member.parts[0] or ".." in member.parts:
         return None
     return member
 
@@ -284,40 +290,73 @@ def _student_path(root: Path, rubric_name: str) -> str | None:
     return None
 
 
-def _subdirs(directory: Path) -> list[Path]:
+def _walk(top: Path, max_depth: int, budget: _Budget) -> Iterator[tuple[Path, int, list[os.DirEntry[str]]]]:
+    """Directories below ``top`` breadth first, with their depth and entries (hidden folders,
+    ``__MACOSX`` and the like are not entered), never through a symlink, within ``max_depth`` levels
+    and :data:`MAX_ENTRIES` entries per submission: a tree of any shape is walked in bounded time
+    and memory, and a cut is noted."""
+    queue: deque[tuple[Path, int]] = deque([(top, 0)])
+    while queue:
+        directory, depth = queue.popleft()
+        entries = _scan(directory, budget)
+        yield directory, depth, entries
+        subdirs = [e for e in entries if e.is_dir(follow_symlinks=False) and not _skipped(e.name)]
+        if depth < max_depth:
+            queue.extend((Path(e.path), depth + 1) for e in subdirs)
+        elif subdirs and max_depth == MAX_DEPTH:
+            budget.note(f"folders nest over {MAX_DEPTH} levels deep: the search stopped there")
+
+
+def _scan(directory: Path, budget: _Budget) -> list[os.DirEntry[str]]:
+    entries: list[os.DirEntry[str]] = []
     try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        with os.scandir(directory) as scan:
+            for entry in scan:
+                budget.looked_at += 1
+                if budget.looked_at > MAX_ENTRIES:
+                    budget.note(f"the submission holds over {MAX_ENTRIES} files and folders: the search stopped there")
+                    break
+                entries.append(entry)
     except OSError:
-        return []
-    return [
-        Path(e.path)
-        for e in entries
-        if e.is_dir(follow_symlinks=False) and not e.name.startswith(".") and e.name not in _SKIP_DIRS
-    ]
+        pass  # unreadable, or a path too long to name: nothing to find there
+    return sorted(entries, key=lambda e: e.name)
 
 
-def _find_root(top: Path, student_files: list[str]) -> Path:
-    level = [top]
-    for _ in range(SEARCH_DEPTH + 1):
-        hits = [d for d in level if any(_student_path(d, f) for f in student_files)]
-        if len(hits) == 1:
-            return hits[0]
-        if len(hits) > 1:
-            names = ", ".join(str(h.relative_to(top)) for h in hits[:5])
-            raise UserError(f"{top} holds several submissions ({names}): grade one at a time")
-        level = [sub for d in level for sub in _subdirs(d)]
-    return top
+def _skipped(name: str) -> bool:
+    return name.startswith(".") or name in _SKIP_DIRS
 
 
-def _find_deliverable(root: Path, name: str) -> str | None:
-    if os.path.lexists(root / name):
-        return name
-    matches: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in _SKIP_DIRS]
-        if name in filenames:
-            matches.append(str(Path(dirpath, name).relative_to(root)))
-    return matches[0] if len(matches) == 1 else None
+def _find_root(top: Path, student_files: list[str], budget: _Budget) -> Path:
+    """The shallowest directory holding a student file (see the search rule above)."""
+    hits: list[tuple[int, Path]] = []
+    for directory, depth, _ in _walk(top, SEARCH_DEPTH, budget):
+        if hits and depth > hits[0][0]:
+            break
+        if any(_student_path(directory, f) for f in student_files):
+            hits.append((depth, directory))
+    if len(hits) > 1:
+        names = ", ".join(shown(str(h.relative_to(top))) for _, h in hits[:5])
+        raise UserError(f"{shown(str(top))} holds several submissions ({names}): grade one at a time")
+    return hits[0][1] if hits else top
+
+
+def _find_deliverables(root: Path, names: list[str], budget: _Budget) -> dict[str, str | None]:
+    """Where each deliverable is: ``root/<name>``, else the one entry of that name below ``root``."""
+    found: dict[str, str | None] = {name: name if os.path.lexists(root / name) else None for name in names}
+    missing = {name for name, where in found.items() if where is None}
+    if not missing:
+        return found
+    matches: dict[str, list[str]] = {name: [] for name in missing}
+    for directory, _, entries in _walk(root, MAX_DEPTH, budget):
+        for entry in entries:
+            if entry.name in missing and not entry.is_dir(follow_symlinks=False):
+                matches[entry.name].append(str(Path(directory, entry.name).relative_to(root)))
+    for name, places in sorted(matches.items()):
+        if len(places) == 1:
+            found[name] = places[0]
+        elif places:
+            budget.note(f"{name} is in several places ({', '.join(shown(p) for p in places[:3])}): none was taken")
+    return found
 
 
 # --- copying -------------------------------------------------------------------------------------
@@ -332,7 +371,8 @@ def _copy_all(
     (dest / "src" / "__init__.py").write_bytes(b"")
     copied: dict[str, _Copied] = {}
     wanted = [(name, _student_path(root, name), f"src/{PurePosixPath(name).name}") for name in student_files]
-    wanted += [(name, _find_deliverable(root, name), PurePosixPath(name).name) for name in deliverables]
+    places = _find_deliverables(root, deliverables, budget)
+    wanted += [(name, places[name], PurePosixPath(name).name) for name in deliverables]
     missing_stems: dict[str, list[str]] = {}
     for name, found, sandbox_name in wanted:
         if found is None:
@@ -342,29 +382,30 @@ def _copy_all(
     present_stems = {PurePosixPath(c.rubric_name).stem for c in copied.values()}
     for stem, names in missing_stems.items():
         if stem not in present_stems:
-            budget.problems.append(f"{' or '.join(names)} is missing")
+            budget.note(f"{' or '.join(names)} is missing")
     _lock_down(dest)
     return copied
 
 
 def _copy_one(root: Path, relpath: str, target: Path, budget: _Budget) -> str | None:
     """Copy one regular file without following any symlink; return its digest or None (refused)."""
+    shown_path = shown(relpath)
     try:
         fd = _open_nofollow(root, relpath)
     except _Refused as refusal:
-        budget.problems.append(f"{refusal.where} {refusal}: refused")
+        budget.note(f"{shown(refusal.where)} {refusal}: refused")
         return None
     with os.fdopen(fd, "rb") as src:
-        mode = os.fstat(src.fileno()).st_mode
-        if not stat.S_ISREG(mode):
-            budget.problems.append(f"{relpath} is {_kind(mode)}, not a regular file: refused")
+        links = os.fstat(src.fileno()).st_nlink
+        if links > 1:  # the same file under another name, possibly outside the submission
+            budget.note(f"{shown_path} is a hard link ({links} names for one file): refused")
             return None
         data = src.read(budget.max_file + 1)
     if len(data) > budget.max_file:
-        budget.problems.append(f"{relpath} is over the {budget.max_file}-byte limit: refused")
+        budget.note(f"{shown_path} is over the {budget.max_file}-byte limit: refused")
         return None
     if budget.used + len(data) > budget.max_total:
-        budget.problems.append(f"{relpath} would take the submission past {budget.max_total} bytes: refused")
+        budget.note(f"{shown_path} would take the submission past {budget.max_total} bytes: refused")
         return None
     budget.used += len(data)
     target.write_bytes(data)

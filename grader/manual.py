@@ -45,31 +45,37 @@ def load_manual(path: Path) -> dict[str, ManualScores]:
 def _load_csv(path: Path) -> dict[str, ManualScores]:
     out: dict[str, ManualScores] = {}
     with path.open(newline="", encoding="utf-8-sig") as fh:
-        for lineno, row in enumerate(csv.reader(fh), start=1):
-            cells = [c.strip() for c in row]
-            if not any(cells) or cells[0].startswith("#"):
-                continue
-            if lineno == 1 and [c.lower() for c in cells[:3]] == ["student", "item", "points"]:
-                continue
-            if len(cells) not in (3, 4):
-                raise UserError(
-                    f"{path}:{lineno}: expected student,item,points[,comment] (quote a comment with commas)"
-                )
-            student, item, points = cells[:3]
-            entry = out.setdefault(student, ManualScores())
-            if item in entry.scores:
-                raise UserError(f"{path}:{lineno}: a second score for {student} / {item}")
-            entry.scores[item] = _points(points, f"{path}:{lineno}")
-            if len(cells) == 4 and cells[3]:
-                entry.comments[item] = cells[3]
+        try:
+            rows = list(csv.reader(fh))
+        except (csv.Error, UnicodeDecodeError) as exc:  # a NUL byte, a field over csv's limit, not UTF-8
+            raise UserError(f"{path}: not a readable CSV file ({exc})") from None
+    for lineno, row in enumerate(rows, start=1):
+        cells = [c.strip() for c in row]
+        if not any(cells) or cells[0].startswith("#"):
+            continue
+        if lineno == 1 and [c.lower() for c in cells[:3]] == ["student", "item", "points"]:
+            continue
+        if len(cells) not in (3, 4):
+            raise UserError(f"{path}:{lineno}: expected student,item,points[,comment] (quote a comment with commas)")
+        student, item, points = cells[:3]
+        entry = out.setdefault(student, ManualScores())
+        if item in entry.scores:
+            raise UserError(f"{path}:{lineno}: a second score for {student} / {item}")
+        entry.scores[item] = _points(points, f"{path}:{lineno}")
+        if len(cells) == 4 and cells[3]:
+            entry.comments[item] = cells[3]
     return out
 
 
 def _load_yaml(path: Path) -> dict[str, ManualScores]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text ({exc.reason})") from None
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: not valid YAML: {exc}") from exc
+    except RecursionError:  # PyYAML builds nested collections recursively
+        raise UserError(f"{path}: nested too deeply to be manual scores") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping student -> {{item: points}}")
     out: dict[str, ManualScores] = {}
@@ -93,16 +99,14 @@ def _load_yaml(path: Path) -> dict[str, ManualScores]:
 def _points(value: Any, where: str) -> float:
     try:
         points = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise UserError(f"{where}: points must be a number, got {value!r}") from None
     if not math.isfinite(points):
         raise UserError(f"{where}: points must be finite, got {value!r}")
     return points
 
 
-def apply_manual(
-    result: GradeResult, scores: dict[str, float], comments: dict[str, str] | None = None
-) -> GradeResult:
+def apply_manual(result: GradeResult, scores: dict[str, float], comments: dict[str, str] | None = None) -> GradeResult:
     """A copy of ``result`` with instructor scores set on the named items and every total recomputed.
 
     Raises :class:`UserError` for an item the result does not have or points outside ``[0, max]``:

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from grader.errors import UserError
-from grader.results import GradeResult
+from grader.results import GradeResult, TimeSource
+from grader.submission_time import SubmittedAt, given, parse_time
 
 SALT_ENV = "GRADER_INPUT_SALT"
 
@@ -29,10 +30,17 @@ def grade(
     source: str | Path,
     rubric_path: Path | None = None,
     out_dir: Path | None = None,
-    submitted_at: str | None = None,
+    submitted_at: SubmittedAt | None = None,
+    *,
+    deadline: str | None = None,
+    trust_commit_time: bool = False,
     secret_file: Path | None = None,
 ) -> GradeResult:
-    """Grade one submission locally; write every output format to ``out_dir`` when given."""
+    """Grade one submission locally; write every output format to ``out_dir`` when given.
+
+    ``submitted_at`` and ``trust_commit_time`` decide the submission time (``grader.submission_time``);
+    ``deadline`` replaces the rubric's; ``secret_file`` holds the instructor's input salt.
+    """
     from grader import intake, runner, scoring, static_checks
     from grader.render.outputs import write_outputs
     from grader.rubric import load_rubric
@@ -40,6 +48,8 @@ def grade(
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     rubric = load_rubric(rubric_path)
+    if deadline is not None:
+        rubric = scoring.with_deadline(rubric, parse_time(deadline, "--deadline"))
     limits = rubric.limits
     salt, salt_layer = input_salt(secret_file)
     work = Path(tempfile.mkdtemp(prefix="grader-"))
@@ -53,6 +63,7 @@ def grade(
             max_file_bytes=limits.file_size_mb << 20,
             max_total_bytes=limits.submission_mb << 20,
             submitted_at=submitted_at,
+            trust_commit_time=trust_commit_time,
         )
         timings["intake"] = time.monotonic() - t0
         t = time.monotonic()
@@ -144,12 +155,21 @@ def input_salt(secret_file: Path | None) -> tuple[str, str]:
 def main(args: argparse.Namespace) -> int:
     from grader.render.outputs import render
 
+    when = given(args.submitted_at, TimeSource(args.submitted_at_source), args.pushed_at)  # a bad time stops here
     if args.backend == "docker":
         result = _grade_in_docker(args)
     else:
         if not _exists(args.submission):
             raise UserError(f"{args.submission}: no such file, directory or git URL")
-        result = grade(args.submission, args.rubric, args.out, args.submitted_at, args.secret_file)
+        result = grade(
+            args.submission,
+            args.rubric,
+            args.out,
+            when,
+            deadline=args.deadline,
+            trust_commit_time=args.trust_commit_time,
+            secret_file=args.secret_file,
+        )
     for fmt in args.format or ["terminal"]:
         sys.stdout.write(render(result, fmt))
     try:
@@ -168,6 +188,7 @@ def _exists(source: str) -> bool:
 def _grade_in_docker(args: argparse.Namespace) -> GradeResult:
     """Grade in a fresh container; a container that fails, times out or is OOM-killed is an
     error result that says so (the submission is not blamed with a zero that looks like a grade)."""
+    from grader import scoring
     from grader.backends.docker import grade_in_container
     from grader.rubric import load_rubric
 
@@ -176,7 +197,8 @@ def _grade_in_docker(args: argparse.Namespace) -> GradeResult:
     rubric = load_rubric(args.rubric)
     limits = rubric.limits
     out = args.out or Path(tempfile.mkdtemp(prefix="grader-out-"))
-    extra = ["--submitted-at", args.submitted_at] if args.submitted_at else []
+    if args.deadline:  # refused here, as the local backend would, rather than by the container
+        scoring.with_deadline(rubric, parse_time(args.deadline, "--deadline"))
     outcome = grade_in_container(
         Path(args.submission),
         out,
@@ -186,7 +208,7 @@ def _grade_in_docker(args: argparse.Namespace) -> GradeResult:
         memory_mb=max(4096, limits.memory_mb * 3),
         cpus=float(os.cpu_count() or 2),
         pids=1024,
-        extra_args=extra,
+        extra_args=_time_options(args),
     )
     results = out / "results.json"
     if outcome.status == "ok" and results.exists():
@@ -199,6 +221,18 @@ def _grade_in_docker(args: argparse.Namespace) -> GradeResult:
 
         write_outputs(result, out, None)
     return result
+
+
+def _time_options(args: argparse.Namespace) -> list[str]:
+    """The options that decide the submission time and lateness, for the grader in the container."""
+    options = []
+    if args.submitted_at:
+        options += ["--submitted-at", args.submitted_at, "--submitted-at-source", args.submitted_at_source]
+    if args.pushed_at:
+        options += ["--pushed-at", args.pushed_at]
+    if args.deadline:
+        options += ["--deadline", args.deadline]
+    return options + ["--trust-commit-time"] * args.trust_commit_time
 
 
 def error_result(rubric: Any, source: str, message: str) -> GradeResult:

@@ -43,6 +43,25 @@ class ItemStatus(str, enum.Enum):
     MANUAL = "manual"  # scored by an instructor (merged from a manual-scores file)
 
 
+class TimeSource(str, enum.Enum):
+    """Who says when a submission was handed in, most trusted first (``grader.submission_time``)."""
+
+    FLAG = "flag"  # --submitted-at, given by whoever runs the grader
+    ROSTER = "roster"  # the submitted_at column of a batch roster
+    PUSH = "push"  # --pushed-at: the time the platform's server recorded the push
+    COMMIT = "commit"  # the committer date, which the student sets: only with --trust-commit-time
+    UNKNOWN = "unknown"  # none of them
+
+
+class Lateness(str, enum.Enum):
+    """Whether the late policy applied, and how."""
+
+    NO_DEADLINE = "no_deadline"
+    ON_TIME = "on_time"
+    LATE = "late"  # ``GradeResult.late`` holds the penalty
+    UNKNOWN = "unknown"  # a deadline but no trusted submission time: no penalty applied, an instructor decides
+
+
 @dataclass(frozen=True)
 class Finding:
     """One use of a forbidden API (static analysis) or one runtime policy violation."""
@@ -103,8 +122,9 @@ class SubmissionInfo:
     files: dict[str, str]  # path in submission -> "sha256:<hex>"
     digest: str  # sha256 over the sorted file digests: the submission's identity
     commit: str | None = None
-    submitted_at: str | None = None  # ISO 8601, from the git commit or a flag
+    submitted_at: str | None = None  # ISO 8601, from the source below
     problems: list[str] = field(default_factory=list)  # refused/missing files, in plain words
+    submitted_at_source: TimeSource = TimeSource.UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -127,6 +147,7 @@ class GradeResult:
     error: str | None = None
     bonus_score: float = 0.0
     late: LatePenalty | None = None
+    lateness: Lateness = Lateness.NO_DEADLINE
     findings: list[Finding] = field(default_factory=list)  # every static + runtime finding
     trace: dict[str, Any] = field(default_factory=dict)  # trace summaries by case id
     isolation: dict[str, str] = field(default_factory=dict)  # layer -> "on" | "off: <why>"

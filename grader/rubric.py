@@ -35,6 +35,8 @@ from grader.policy import COLLECTIVES, PROCESS_GROUP_METHODS, FunctionPolicy, Po
 
 #: The keys of an item that say how it is scored; an item has exactly one of them.
 SCORING_KINDS = ("cases", "trace", "deliverable", "written", "manual")
+#: Values in a rubric document, counted along every path an alias gives them.
+MAX_NODES = 100_000
 #: Trace metrics compared with ``max``/``min``; the others are lists, checked with empty/contains/excludes.
 NUMERIC_METRICS = frozenset({"max_sends_per_rank", "max_bytes_sent_per_rank", "tensor_bytes"})
 
@@ -295,6 +297,13 @@ def load_rubric(path: Path | None = None, case_ids: Sequence[str] | None = None)
         raw = path.read_bytes()
     except OSError as exc:
         raise UserError(f"{path}: cannot read rubric: {exc.strerror}") from exc
+    try:
+        return _load(path, raw, case_ids)
+    except RecursionError:  # PyYAML and the schema validator walk nested collections recursively
+        raise UserError(f"{path}: nested too deeply to be a rubric") from None
+
+
+def _load(path: Path, raw: bytes, case_ids: Sequence[str] | None) -> Rubric:
     data, positions = _parse(path, raw.decode("utf-8", errors="replace"))
     errors = _schema_errors(data, positions)
     if errors:
@@ -354,18 +363,24 @@ class _Positions:
         self.keys: dict[_KeyPath, yaml.Mark] = {}
         self.duplicates: list[_KeyPath] = []
 
-    def record(self, node: yaml.Node, path: _KeyPath) -> None:
-        self.values[path] = node.start_mark
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                key_path = (*path, str(key_node.value))
-                if key_path in self.keys:
-                    self.duplicates.append(key_path)
-                self.keys[key_path] = key_node.start_mark
-                self.record(value_node, key_path)
-        elif isinstance(node, yaml.SequenceNode):
-            for index, child in enumerate(node.value):
-                self.record(child, (*path, index))
+    def record(self, top: yaml.Node, path: _KeyPath) -> None:
+        """Walk the document; YAML aliases repeat a node under every path that names it, so the walk
+        is bounded (:data:`MAX_NODES`) rather than left to grow with each alias of an alias."""
+        pending = [(top, path)]
+        while pending:
+            node, path = pending.pop()
+            self.values[path] = node.start_mark
+            if len(self.values) > MAX_NODES:
+                raise UserError(f"{self.file}: over {MAX_NODES} values (aliases included): too large to be a rubric")
+            if isinstance(node, yaml.MappingNode):
+                for key_node, value_node in node.value:
+                    key_path = (*path, str(key_node.value))
+                    if key_path in self.keys:
+                        self.duplicates.append(key_path)
+                    self.keys[key_path] = key_node.start_mark
+                    pending.append((value_node, key_path))
+            elif isinstance(node, yaml.SequenceNode):
+                pending.extend((child, (*path, index)) for index, child in enumerate(node.value))
 
     def error(self, path: _KeyPath, reason: str, *, key: bool = False) -> _Error:
         """An error at the key (``key=True``) or value at ``path``, else at its nearest ancestor."""
@@ -378,7 +393,10 @@ class _Positions:
 
 
 def _parse(path: Path, text: str) -> tuple[Any, _Positions]:
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # its reader refuses characters YAML does not allow, right away
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: invalid YAML: {exc}") from exc
     try:
         node = loader.get_single_node()
         if node is None:
@@ -402,7 +420,7 @@ def _report(errors: list[_Error]) -> str:
 def _dotted(path: _KeyPath) -> str:
     out = ""
     for part in path:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else part
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)  # a key may be null
     return out or "rubric"
 
 

@@ -7,6 +7,7 @@ of the first of each kind, so the student knows what to fix and not merely that 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -28,6 +29,7 @@ from grader.results import (
     GradeResult,
     ItemResult,
     ItemStatus,
+    Lateness,
     LatePenalty,
     SubmissionInfo,
     TaskResult,
@@ -112,11 +114,28 @@ def late_penalty(policy: LatePolicy | None, submitted_at: datetime | None, total
     if policy is None or policy.deadline is None or submitted_at is None:
         return None
     if submitted_at.tzinfo is None:
-        submitted_at = submitted_at.replace(tzinfo=timezone.utc)  # git and --submitted-at times are UTC
+        submitted_at = submitted_at.replace(tzinfo=timezone.utc)  # times given without a zone are UTC
     overdue = submitted_at - policy.deadline - timedelta(minutes=policy.grace_minutes)
     days = max(0, math.ceil(overdue / timedelta(days=1)))
     percent = min(days * policy.penalty_percent_per_day, policy.cap_percent)
     return LatePenalty(days_late=days, percent=percent, points=round(total * percent / 100, 2))
+
+
+def lateness(policy: LatePolicy | None, late: LatePenalty | None) -> Lateness:
+    """What :func:`late_penalty` decided: with a deadline but no penalty computed, the time was unknown
+    and nobody may silently call that on time."""
+    if policy is None or policy.deadline is None:
+        return Lateness.NO_DEADLINE
+    if late is None:
+        return Lateness.UNKNOWN
+    return Lateness.LATE if late.days_late > 0 else Lateness.ON_TIME
+
+
+def with_deadline(rubric: Rubric, deadline: datetime) -> Rubric:
+    """``rubric`` with its late policy's deadline replaced (``grader grade --deadline``)."""
+    if rubric.late is None:
+        raise UserError(f"{rubric.source}: --deadline needs a `late:` section (penalty per day, cap) in the rubric")
+    return dataclasses.replace(rubric, late=dataclasses.replace(rubric.late, deadline=deadline))
 
 
 def score(
@@ -153,6 +172,7 @@ def score(
         rubric_digest=rubric.digest,
         bonus_score=bonus_score,
         late=late,
+        lateness=lateness(rubric.late, late),
         findings=list(findings),
         trace={scorer.display(c.id): c.trace for c in scorer.cases.values() if c.trace is not None},
         isolation=dict(isolation or {}),

@@ -7,15 +7,21 @@
 set -euo pipefail
 
 # --- what must be graded, and what it must score --------------------------------------------------------
-# Hostile corpus entries: tests/corpus/hostile/<name>/ is the submission.  Its expected.json (item id ->
-# score) decides when present; until it exists, the total after the name is what the entry must score.
+# Hostile corpus entries: tests/corpus/hostile/<name>/ is the submission, or what its make.py builds (a .git of
+# its own, a tree 1,100 levels deep, names that are not UTF-8).  Its expected.json decides when present: item
+# scores, `args` for grader grade, `result` values, `problems` and files that must stay `absent` (as in
+# tests/test_hostile_corpus.py); until it exists, the total after the name is what the entry must score.
 HOSTILE=(
-    "read_reference=94"   # searches the disk for a reference collectives.py: the image holds none
-    "kill_parents=100"    # signals its ancestors: the grader must survive and still grade it
-    "forged_results=94"   # writes a 100/100 results.json wherever it can, /results included
+    "read_reference=94"       # searches the disk for a reference collectives.py: the image holds none
+    "kill_parents=100"        # signals its ancestors: the grader must survive and still grade it
+    "forged_results=94"       # writes a 100/100 results.json wherever it can, /results included
+    "git_config_programs=105" # its .git/config names programs (gpg.program, fsmonitor, filters...): none may run
+    "backdated_commit=52.5"   # committed before the deadline, pushed three weeks after: the push time counts
+    "deep_tree=100"           # a folder 1,100 levels deep: the search stops at 64 and says so
+    "odd_bytes_names=85"      # folders named b'old\xff' and with a newline: refused, and named printably
 )
 REFERENCE=reference/a9  # its tasks must earn max_score, and some bonus on top
-COMMIT_TIME=2026-01-05T12:00:00+00:00  # the reference's commit, as results.json must report it
+COMMIT_TIME=2026-01-05T12:00:00+00:00  # the reference's commit, as results.json must report it with --trust-commit-time
 # ---------------------------------------------------------------------------------------------------------
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -50,12 +56,13 @@ ensure_docker() {
 }
 
 problems=()
-grade() {  # grade NAME SUBMISSION: results land in $OUT/NAME, then NAME is checked; a failure is noted
-    local name=$1 submission=$2
+grade() {  # grade NAME SUBMISSION WANT [ARGS...]: results land in $OUT/NAME, then NAME is checked; a failure is noted
+    local name=$1 submission=$2 want=$3
+    shift 3
     say "grading $submission in a container"
     rm -rf "${OUT:?}/$name"
-    if (cd "$ROOT" && "$PYTHON" -m grader grade "$submission" --backend docker --image "$IMAGE" --out "$OUT/$name"); then
-        checks+=("$name=$3")
+    if (cd "$ROOT" && "$PYTHON" -m grader grade "$submission" --backend docker --image "$IMAGE" --out "$OUT/$name" "$@"); then
+        checks+=("$name=$want=$submission")
     else
         problems+=("grading $submission failed (above)")
     fi
@@ -84,15 +91,27 @@ git -C "$repo" add -A
 GIT_AUTHOR_DATE=$COMMIT_TIME GIT_COMMITTER_DATE=$COMMIT_TIME \
     git -C "$repo" -c user.name=ci -c user.email=ci@localhost commit -qm reference
 checks=()
-grade reference "$repo" max
+grade reference "$repo" max --trust-commit-time
 rm -rf "$repo"
+built=()  # submissions made by a make.py: removed at the end, after the checks looked beside them
 for entry in "${HOSTILE[@]}"; do
     name=${entry%%=*}
-    if [[ -d tests/corpus/hostile/$name ]]; then
-        grade "$name" "tests/corpus/hostile/$name" "${entry#*=}"
-    else
-        problems+=("tests/corpus/hostile/$name is missing")
+    dir=tests/corpus/hostile/$name
+    if [[ ! -d $dir ]]; then
+        problems+=("$dir is missing")
+        continue
     fi
+    submission=$dir
+    if [[ -f $dir/make.py ]]; then
+        submission=$(mktemp -d "/tmp/ci-container-stage-$name.XXXXXX")/submission
+        built+=("$(dirname "$submission")")
+        "$PYTHON" "$dir/make.py" "$submission" || { problems+=("$dir/make.py failed (above)"); continue; }
+    fi
+    args=()
+    if [[ -f $dir/expected.json ]]; then
+        mapfile -t args < <("$PYTHON" -c 'import json, sys; sys.stdout.writelines(a + "\n" for a in json.load(open(sys.argv[1])).get("args", []))' "$dir/expected.json")
+    fi
+    grade "$name" "$submission" "${entry#*=}" "${args[@]}"
 done
 
 say "checking scores"
@@ -105,7 +124,7 @@ from pathlib import Path
 out, checks = Path(sys.argv[1]), sys.argv[2:]
 failures = []
 for check in checks:
-    name, want = check.split("=", 1)
+    name, want, submission = check.split("=", 2)
     result = json.loads((out / name / "results.json").read_text())
     items = {i["id"]: i["score"] for t in result["tasks"] for i in t["items"]}
     seen = f"{name}: score {result['score']}/{result['max_score']} (+{result['bonus_score']} bonus)"
@@ -117,25 +136,35 @@ for check in checks:
         failures.append(f"{name}: rank processes kept the grader's uid: {result['isolation'].get('uid')}")
     expected_file = Path("tests/corpus/hostile") / name / "expected.json"
     if want == "max":
-        submission = result["submission"]
-        if not submission["commit"] or submission["submitted_at"] != os.environ["COMMIT_TIME"]:
-            failures.append(f"{name}: commit {submission['commit']} at {submission['submitted_at']} not read")
-        failures += [f"{name}: {problem}" for problem in submission["problems"]]
+        sub = result["submission"]
+        read = (sub["submitted_at"], sub["submitted_at_source"]) == (os.environ["COMMIT_TIME"], "commit")
+        if not sub["commit"] or not read:
+            failures.append(f"{name}: commit {sub['commit']} at {sub['submitted_at']} ({sub['submitted_at_source']}) not read")
+        failures += [f"{name}: {problem}" for problem in sub["problems"]]
         earned = sum(t["score"] for t in result["tasks"] if not t["bonus"])
         if earned != result["max_score"] or result["bonus_score"] <= 0:
             failures.append(f"{seen}: tasks earned {earned}; expected full marks plus bonus")
     elif expected_file.exists():
         expected = json.loads(expected_file.read_text())
-        expected = expected.get("items", expected)
-        for item, score in expected.items():
+        for item, score in expected.get("items", expected).items():
             if abs(items.get(item, float("nan")) - float(score)) > 1e-9:
                 failures.append(f"{name}: {item} scored {items.get(item)}, expected {score}")
+        for dotted, value in expected.get("result", {}).items():
+            seen_value = result
+            for key in dotted.split("."):
+                seen_value = seen_value[key]
+            if seen_value != value:
+                failures.append(f"{name}: {dotted} is {seen_value!r}, expected {value!r}")
+        failures += [f"{name}: no problem says {p!r}" for p in expected.get("problems", []) if p not in result["submission"]["problems"]]
+        for marker in expected.get("absent", []):  # what the attack leaves where it can write, had it run
+            failures += [f"{name}: {place / marker} exists: the attack ran" for place in (out / name, Path(submission)) if (place / marker).exists()]
     elif abs(result["score"] - float(want)) > 1e-9:
         failures.append(f"{seen}; expected {want}")
 for failure in failures:
     print("FAILED:", failure, file=sys.stderr)
 sys.exit(1 if failures else 0)
 PY
+for dir in "${built[@]}"; do rm -rf "$dir"; done  # rm copes with a tree too deep for other tools
 if [[ ${#problems[@]} != 0 ]]; then
     printf '[ci-container-stage] FAILED: %s\n' "${problems[@]}" >&2
     exit 1

@@ -57,7 +57,9 @@ def _events():
     return sorted(events, key=lambda e: (e["t"], e["rank"]))
 
 
-def fake_result(source: str, text: str, submitted_at: str | None = None, deadline: str | None = None):
+def fake_result(
+    source: str, text: str, submitted_at: str | None = None, deadline: str | None = None, time_source: str = "flag"
+):
     """The GradeResult the fake grader writes for a submission whose collectives.py is ``text``."""
     import math
     from datetime import datetime, timedelta
@@ -67,9 +69,11 @@ def fake_result(source: str, text: str, submitted_at: str | None = None, deadlin
         Finding,
         GradeResult,
         ItemStatus,
+        Lateness,
         LatePenalty,
         SubmissionInfo,
         TaskResult,
+        TimeSource,
     )
 
     h = hashlib.sha256(text.encode()).digest()
@@ -100,15 +104,18 @@ def fake_result(source: str, text: str, submitted_at: str | None = None, deadlin
         _item("bonus.tree_broadcast", "tree broadcast", 2, frac[5]),
         _item("bonus.bandwidth_allreduce", "ring allreduce", 2, frac[6]),
     ], bonus=True)
-    late = None
+    late, lateness = None, Lateness.UNKNOWN if deadline else Lateness.NO_DEADLINE
     if submitted_at and deadline:
         overdue = datetime.fromisoformat(submitted_at) - datetime.fromisoformat(deadline)
         days = max(0, math.ceil(overdue / timedelta(days=1)))
         late = LatePenalty(days, min(10.0 * days, 50.0), 0.0)
+        lateness = Lateness.LATE if days else Lateness.ON_TIME
     info = SubmissionInfo(source, {"src/collectives.py": "sha256:" + hashlib.sha256(text.encode()).hexdigest()},
-                          "sha256:" + h.hex(), submitted_at=submitted_at)
+                          "sha256:" + h.hex(), submitted_at=submitted_at,
+                          submitted_at_source=TimeSource(time_source) if submitted_at else TimeSource.UNKNOWN)
     result = GradeResult("a9", 0.0, 72.0, [task1, task2, bonus], info, "0.1.0", "sha256:fake", late=late,
-                         findings=findings, isolation={"rlimits": "on", "session": "on", "uid": "off: not root"})
+                         lateness=lateness, findings=findings,
+                         isolation={"rlimits": "on", "session": "on", "uid": "off: not root"})
     if "# fake: no-trace" not in text:
         result.trace = {"test_trace_all_to_all[ws4]": {"events": _events()}}
     recompute_totals(result)
@@ -148,8 +155,10 @@ def fake_main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--rubric", type=Path)
     parser.add_argument("--submitted-at")
+    parser.add_argument("--submitted-at-source", default="flag")
+    parser.add_argument("--trust-commit-time", action="store_true")
     args = parser.parse_args(argv)
-    with open(os.environ["FAKE_GRADER_LOG"], "a") as log:
+    with open(os.environ["FAKE_GRADER_LOG"], "a", errors="backslashreplace") as log:
         log.write(f"{Path(args.submission).name} {os.getpid()}\n")
     text = _read_submission(Path(args.submission))
     print(f"fake grading {args.submission}")
@@ -167,7 +176,9 @@ def fake_main(argv: list[str]) -> int:
     deadline = None
     if args.rubric:
         deadline = (yaml.safe_load(args.rubric.read_text()).get("late") or {}).get("deadline")
-    result = fake_result(args.submission, text, args.submitted_at, deadline)
+    result = fake_result(args.submission, text, args.submitted_at, deadline, args.submitted_at_source)
+    if args.trust_commit_time:
+        result.submission.problems.append("fake: --trust-commit-time")
     if "# fake: error" in text:
         result.status, result.error = "error", "the matrix runner died: grader bug"
     (args.out / "results.json").write_text(result.to_json())
@@ -459,6 +470,56 @@ def test_csv_roster_resolves_paths_and_deadline_makes_late(tmp_path, log):
     run(roster, out, deadline="2025-03-05T00:00:00+00:00")  # another deadline: every grade is stale
     assert sorted(invocations(log)) == ["alice", "bob"]
     assert gradebook(out)["bob"]["late_penalty"] == "0"
+
+
+def test_time_sources_reach_the_grade_and_unknown_lateness_is_flagged(tmp_path, log):
+    subs = tmp_path / "subs"
+    for name in ("alice", "bob"):
+        submission(subs, name)
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student,path_or_git_url,submitted_at\nalice,subs/alice,2025-03-01T10:00:00Z\nbob,subs/bob,\n")
+    out = tmp_path / "out"
+    rows = {r.student: r for r in run(roster, out, deadline="2025-03-02T00:00:00+00:00")}
+    alice = json.loads((out / "students" / "alice" / "results.json").read_text())
+    assert alice["submission"]["submitted_at_source"] == "roster"
+    assert "late_unknown" not in rows["alice"].flags
+    assert rows["bob"].late_penalty == 0 and "late_unknown" in rows["bob"].flags
+    assert gradebook(out)["bob"]["flags"].split().count("late_unknown") == 1
+    key = json.loads((out / "students" / "alice" / "cache-key.json").read_text())
+    assert (key["submitted_at"], key["submitted_at_source"]) == ("2025-03-01T10:00:00+00:00", "roster")
+
+    log.unlink()
+    run(roster, out, deadline="2025-03-02T00:00:00+00:00", trust_commit_time=True)
+    assert invocations(log) == []  # no commit to trust: the keys, and so the grades, stand
+    bob = json.loads((out / "students" / "bob" / "results.json").read_text())
+    assert "fake: --trust-commit-time" not in bob["submission"]["problems"]
+
+
+def test_trusting_commit_times_is_passed_to_every_grade(tmp_path, log):
+    roster = tmp_path / "roster"
+    submission(roster, "a9-alice")
+    run(roster, tmp_path / "out", trust_commit_time=True)
+    alice = json.loads((tmp_path / "out" / "students" / "alice" / "results.json").read_text())
+    assert "fake: --trust-commit-time" in alice["submission"]["problems"]
+
+
+def test_seconds_spent_grading_are_recorded(tmp_path, log):
+    roster = tmp_path / "roster"
+    submission(roster, "a9-alice", "sleep=0.3")
+    run(roster, tmp_path / "out")
+    outcome = json.loads((tmp_path / "out" / "students" / "alice" / "batch-outcome.json").read_text())
+    assert outcome["status"] == "graded" and outcome["seconds"] >= 0.3
+
+
+def test_a_folder_named_with_any_bytes_is_a_student_like_any_other(tmp_path, log):
+    roster = tmp_path / "roster"
+    submission(roster, "a9-alice")
+    odd = submission(tmp_path, "odd")
+    os.rename(odd, os.path.join(os.fsencode(roster), b"a9-b\xf6b\n"))
+    rows = run(roster, tmp_path / "out")
+    assert [(r.student, r.status) for r in rows] == [("alice", "graded"), ("b\\xf6b\\n", "graded")]
+    assert "b\\xf6b\\n" in gradebook(tmp_path / "out")
+    assert "b\\xf6b\\n" in (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize(

@@ -120,6 +120,14 @@ def test_an_answer_without_its_heading_scores_nothing_and_says_how_to_fix_it(tmp
     assert marks[1].feedback == "no answer found: start it with a heading line such as '## Q2'"
 
 
+@pytest.mark.parametrize("text", ["", "my answers are in my head\n"])
+def test_answers_without_any_heading_score_nothing_and_say_how_to_fix_it(tmp_path, key, text):
+    (tmp_path / "written_answers_task1.md").write_text(text)
+    marks = check_written(tmp_path, WRITTEN, key).questions
+    assert [m.points for m in marks] == [0] * len(key)
+    assert marks[0].feedback == "no answer found: start it with a heading line such as '## Q1'"
+
+
 def test_pdf_answers_wait_for_an_instructor(tmp_path, key):
     (tmp_path / "written_answers_task1.pdf").write_bytes(PDF)
     result = check_written(tmp_path, WRITTEN, key)

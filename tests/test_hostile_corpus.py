@@ -1,9 +1,16 @@
 """The hostile and broken corpus: every entry is graded end to end by ``python -m grader grade``.
 
 Each entry in ``tests/corpus/hostile/<name>/`` is a student repo whose ``expected.json`` gives the
-exact item scores under the default rubric, a wall-clock bound and why.  Beyond the scores, a
-hostile submission must not disturb anything else: the grader exits 0, its output stays small,
-no process the entry started survives, and a process of ours started before the run is still alive.
+exact item scores under the default rubric, a wall-clock bound and why.  An entry that cannot be
+committed as files (a ``.git`` of its own, a tree 1,100 levels deep, names that are not UTF-8) is a
+``make.py`` that builds it: ``python make.py DEST``.  ``expected.json`` may also give ``args`` for
+``grader grade``, values ``result`` must hold (dotted paths into results.json), ``problems`` the
+submission's problems must mention, and files that must be ``absent`` after the run both beside the
+submission and in the output directory (what an attack would leave had it run).
+
+Beyond that, a hostile submission must not disturb anything else: the grader exits 0, every output
+is written and is valid UTF-8, the output stays small, no process the entry started survives, and a
+process of ours started before the run is still alive.
 
 ``max_seconds`` is about ten times an entry's time on an idle 2-core machine and always below the
 rubric's ``total_timeout_s`` (600): a grading that only ends by running into its overall timeout fails.
@@ -16,6 +23,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +31,24 @@ CORPUS = Path(__file__).parent / "corpus" / "hostile"
 REPO = Path(__file__).resolve().parents[1]
 MARKER = b"hostile-corpus"  # in argv or /proc/<pid>/comm of every process an entry starts
 MAX_OUT_BYTES = 5 << 20
+OUTPUTS = ("results.json", "junit.xml", "gradescope.json", "classroom.json", "summary.md")
 ENTRIES = sorted(p.name for p in CORPUS.iterdir() if (p / "expected.json").is_file())
+
+
+def build(entry: Path, tmp_path: Path) -> Path:
+    """The submission an entry stands for: the entry itself, or what its ``make.py`` builds."""
+    if not (entry / "make.py").is_file():
+        return entry
+    built = tmp_path / "submission"
+    subprocess.run([sys.executable, str(entry / "make.py"), str(built)], check=True, timeout=60)
+    return built
+
+
+def lookup(result: dict[str, Any], dotted: str) -> Any:
+    value: Any = result
+    for key in dotted.split("."):
+        value = value[key]
+    return value
 
 
 def marked_processes() -> list[str]:
@@ -47,11 +72,13 @@ def test_hostile_entry(name: str, tmp_path: Path) -> None:
     entry = CORPUS / name
     expected = json.loads((entry / "expected.json").read_text())
     out = tmp_path / "out"
+    submission = build(entry, tmp_path)
+    args = ["grade", str(submission), "--out", str(out), "--format", "json", *expected.get("args", [])]
     sentinel = subprocess.Popen(["sleep", "600"])
     try:
         try:
             done = subprocess.run(
-                [sys.executable, "-m", "grader", "grade", str(entry), "--out", str(out), "--format", "json"],
+                [sys.executable, "-m", "grader", *args],
                 cwd=REPO,
                 capture_output=True,
                 timeout=expected["max_seconds"],
@@ -61,15 +88,26 @@ def test_hostile_entry(name: str, tmp_path: Path) -> None:
         stderr = done.stderr.decode(errors="replace")[-4000:]
         assert done.returncode == 0, f"{name}: grader exited {done.returncode}\n{stderr}"
         assert sentinel.poll() is None, f"{name}: a process of ours started before the run was killed"
+        for marker in expected.get("absent", []):  # what the attack leaves where it can write, had it run
+            assert not (submission / marker).exists(), f"{name}: {marker} beside the submission: the attack ran"
+            assert not (out / marker).exists(), f"{name}: {marker} in the output directory: the attack ran"
     finally:
         sentinel.kill()
         sentinel.wait()
+        if submission != entry:  # rm copes with a tree too deep for shutil.rmtree
+            subprocess.run(["rm", "-rf", str(submission)], check=True)
+    for output in OUTPUTS:
+        (out / output).read_bytes().decode("utf-8")  # written, and valid UTF-8 whatever the names held
     result = json.loads((out / "results.json").read_text())
     items = [item for task in result["tasks"] for item in task["items"]]
     failures = [f"{i['id']}: {f['id']} {f['verdict']} {f['message'][:300]}" for i in items for f in i["failures"]]
     scores = {item["id"]: item["score"] for item in items}
     assert scores == expected["items"], f"{name}: {expected['notes']}\nfailed cases:\n" + "\n".join(failures)
     assert result["status"] == "graded"
+    for dotted, value in expected.get("result", {}).items():
+        assert lookup(result, dotted) == value, f"{name}: {dotted}"
+    for wanted in expected.get("problems", []):
+        assert wanted in result["submission"]["problems"], f"{name}: {result['submission']['problems']}"
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     assert size < MAX_OUT_BYTES, f"{name}: the output directory holds {size} bytes"
     assert marked_processes() == [], f"{name}: processes outlived the grading"

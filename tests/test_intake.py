@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import socket
 import stat
 import subprocess
 import tarfile
@@ -13,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from grader import intake as intake_module
 from grader.errors import UserError
-from grader.intake import materialize
+from grader.intake import MAX_DEPTH, materialize
+from grader.results import TimeSource
+from grader.submission_time import SubmittedAt
 
 STUDENT = ["src/collectives.py", "src/transformer.py"]
 DELIVERABLES = ["written_answers_task1.md", "written_answers_task1.pdf", "all_to_all_schematic.png"]
@@ -279,18 +283,25 @@ def git_repo(root: Path) -> tuple[Path, str]:
     return root, git(root, "rev-parse", "HEAD").strip()
 
 
-def test_local_git_repo_records_commit_and_time(tmp_path: Path) -> None:
+def test_local_git_repo_records_its_commit_but_not_its_date_as_the_submission_time(tmp_path: Path) -> None:
     root, head = git_repo(tmp_path / "sub")
     info = grab(root, tmp_path / "sandbox").info
     assert info.commit == head
-    assert info.submitted_at == "2025-03-01T12:00:00+00:00"
+    assert (info.submitted_at, info.submitted_at_source) == (None, TimeSource.UNKNOWN)
     assert info.problems == ["all_to_all_schematic.png is missing"]
 
 
-def test_submitted_at_flag_overrides_the_commit_time(tmp_path: Path) -> None:
+def test_commit_date_is_the_submission_time_only_when_trusted(tmp_path: Path) -> None:
     root, _ = git_repo(tmp_path / "sub")
-    info = grab(root, tmp_path / "sandbox", submitted_at="2025-03-02T00:00:00Z").info
-    assert info.submitted_at == "2025-03-02T00:00:00Z"
+    info = grab(root, tmp_path / "sandbox", trust_commit_time=True).info
+    assert (info.submitted_at, info.submitted_at_source) == ("2025-03-01T12:00:00+00:00", TimeSource.COMMIT)
+
+
+def test_a_given_time_wins_over_a_trusted_commit_date(tmp_path: Path) -> None:
+    root, _ = git_repo(tmp_path / "sub")
+    pushed = SubmittedAt("2025-03-02T00:00:00+00:00", TimeSource.PUSH)
+    info = grab(root, tmp_path / "sandbox", submitted_at=pushed, trust_commit_time=True).info
+    assert (info.submitted_at, info.submitted_at_source) == ("2025-03-02T00:00:00+00:00", TimeSource.PUSH)
 
 
 def test_uncommitted_changes_are_named(tmp_path: Path) -> None:
@@ -302,7 +313,7 @@ def test_uncommitted_changes_are_named(tmp_path: Path) -> None:
     assert "src/collectives.py differs from the last commit: graded as in the working tree" in intake.problems
 
 
-def test_git_url_is_cloned_and_symlinks_in_it_refused(tmp_path: Path) -> None:
+def test_git_url_is_fetched_and_symlinks_in_it_refused(tmp_path: Path) -> None:
     root, head = git_repo(tmp_path / "sub")
     (root / "src" / "collectives.py").unlink()
     (root / "src" / "collectives.py").symlink_to("/work/main/reference/a9/src/collectives.py")
@@ -315,7 +326,7 @@ def test_git_url_is_cloned_and_symlinks_in_it_refused(tmp_path: Path) -> None:
     assert listing(intake.sandbox) == EXPECTED_SANDBOX - {"src/collectives.py"}
 
 
-def test_bare_repository_path_is_cloned(tmp_path: Path) -> None:
+def test_bare_repository_path_is_read(tmp_path: Path) -> None:
     root, head = git_repo(tmp_path / "sub")
     git(tmp_path, "clone", "-q", "--bare", str(root), str(tmp_path / "bare.git"))
     intake = grab(tmp_path / "bare.git", tmp_path / "sandbox")
@@ -324,5 +335,105 @@ def test_bare_repository_path_is_cloned(tmp_path: Path) -> None:
 
 
 def test_unreachable_git_url_is_a_user_error(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="git clone failed"):
+    with pytest.raises(UserError, match="cannot read the git repository"):
         grab(f"file://{tmp_path}/missing.git", tmp_path / "sandbox")
+
+
+# --- any tree, bounded ----------------------------------------------------------------------------
+
+
+def test_a_deliverable_deeper_than_the_search_is_missing_and_the_cut_is_said(tmp_path: Path) -> None:
+    sub = write_tree(tmp_path / "sub", {"src/collectives.py": COLLECTIVES})
+    deep = sub / "/".join(["d"] * (MAX_DEPTH + 2))
+    deep.mkdir(parents=True)
+    (deep / "written_answers_task1.md").write_bytes(b"too deep\n")
+    intake = grab(sub, tmp_path / "sandbox")
+    assert f"folders nest over {MAX_DEPTH} levels deep: the search stopped there" in intake.problems
+    assert "written_answers_task1.md or written_answers_task1.pdf is missing" in intake.problems
+
+
+def test_a_huge_number_of_entries_stops_the_search_not_the_grader(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(intake_module, "MAX_ENTRIES", 40)
+    sub = write_tree(tmp_path / "sub", {"src/collectives.py": COLLECTIVES})
+    write_tree(sub / "many", {f"f{i:03}": b"" for i in range(100)})
+    intake = grab(sub, tmp_path / "sandbox")
+    assert "the submission holds over 40 files and folders: the search stopped there" in intake.problems
+    assert intake.present == frozenset({"src/collectives.py"})
+
+
+def test_a_deliverable_found_in_several_places_is_not_guessed(tmp_path: Path) -> None:
+    sub = write_tree(
+        tmp_path / "sub",
+        {"src/collectives.py": COLLECTIVES, "a/written_answers_task1.md": b"a", "b/written_answers_task1.md": b"b"},
+    )
+    intake = grab(sub, tmp_path / "sandbox")
+    places = "a/written_answers_task1.md, b/written_answers_task1.md"
+    assert f"written_answers_task1.md is in several places ({places}): none was taken" in intake.problems
+
+
+def test_hard_links_are_refused(tmp_path: Path) -> None:
+    outside = write_tree(tmp_path / "outside", {"secret.py": b"SECRET"})
+    sub = write_tree(tmp_path / "sub", {"src/transformer.py": TRANSFORMER})
+    os.link(outside / "secret.py", sub / "src" / "collectives.py")
+    intake = grab(sub, tmp_path / "sandbox")
+    assert intake.present == frozenset({"src/transformer.py"})
+    assert "src/collectives.py is a hard link (2 names for one file): refused" in intake.problems
+
+
+def test_sockets_are_refused(tmp_path: Path, monkeypatch) -> None:
+    sub = write_tree(tmp_path / "sub", {"src/collectives.py": COLLECTIVES})
+    monkeypatch.chdir(sub)  # a socket's path must be short: bind it relative to here
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind("written_answers_task1.md")
+        intake = grab(sub, tmp_path / "sandbox")
+    assert "written_answers_task1.md is a socket: refused" in intake.problems
+
+
+def test_names_of_any_bytes_reach_the_problems_printable(tmp_path: Path) -> None:
+    sub = write_tree(tmp_path / "sub", {"src/collectives.py": COLLECTIVES})
+    odd = os.path.join(os.fsencode(sub), b"old\xff\n\x1b[2J")
+    os.mkdir(odd)
+    os.symlink(b"/etc/passwd", os.path.join(odd, b"written_answers_task1.md"))
+    intake = grab(sub, tmp_path / "sandbox")
+    assert "old\\xff\\n\\x1b[2J/written_answers_task1.md is a symlink: refused" in intake.problems
+    assert all(problem.isprintable() for problem in intake.problems)
+
+
+def test_archive_members_nested_too_deep_or_unwritable_are_refused_and_the_rest_kept(tmp_path: Path) -> None:
+    deep = "/".join(["d"] * (MAX_DEPTH + 1))
+    archive = make_zip(
+        tmp_path / "sub.zip",
+        [
+            (f"{deep}/written_answers_task1.md", b"deep", 0o100644),
+            ("x" * 300 + "/all_to_all_schematic.png", b"long", 0o100644),
+            ("src/collectives.py", COLLECTIVES, 0o100644),
+        ],
+    )
+    intake = grab(archive, tmp_path / "sandbox")
+    assert intake.present == frozenset({"src/collectives.py"})
+    assert f"{deep}/written_answers_task1.md in the archive is nested over {MAX_DEPTH} folders deep: refused" in (
+        intake.problems
+    )
+    assert f"{'x' * 300}/all_to_all_schematic.png in the archive cannot be written (File name too long): refused" in (
+        intake.problems
+    )
+
+
+def test_a_zip_member_whose_name_zipfile_reads_as_empty_is_skipped(tmp_path: Path) -> None:
+    archive = make_zip(tmp_path / "sub.zip", [("\0", b"", 0o100644), ("src/collectives.py", COLLECTIVES, 0o100644)])
+    assert grab(archive, tmp_path / "sandbox").present == frozenset({"src/collectives.py"})
+
+
+def test_a_tar_declaring_far_more_than_the_limit_is_not_read_through(tmp_path: Path) -> None:
+    path = tmp_path / "bomb.tar.gz"
+    with tarfile.open(path, "w:gz") as tf:
+        for name, data in [("src/collectives.py", COLLECTIVES), ("zeros.bin", bytes(64 << 10))]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo("src/transformer.py")
+        info.size = len(TRANSFORMER)
+        tf.addfile(info, io.BytesIO(TRANSFORMER))
+    intake = grab(path, tmp_path / "sandbox", max_file=1 << 20, max_total=4 << 10)
+    assert f"the archive's members declare over {8 * (4 << 10)} bytes: rest ignored" in intake.problems
+    assert intake.present == frozenset({"src/collectives.py"})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def grade(tmp_path: Path, submission: Path | str, *extra: str) -> tuple[GradeResult, Path]:
-    out = tmp_path / "out"
+    out = tmp_path / "out"  # a fresh tmp_path (or a new folder in it) per grade
     code = main(["grade", str(submission), "--out", str(out), "--format", "json", *extra])
     assert code == 0
     return GradeResult.load(out / "results.json"), out
@@ -92,3 +93,80 @@ def test_a_grading_the_grader_could_not_finish_renders_everywhere_with_its_reaso
         assert "over 720 s" in render(result, fmt), fmt
     classroom = render_classroom(result)
     assert (classroom["status"], classroom["max_score"]) == ("error", 100)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--pushed-at", "yesterday", "--pushed-at: 'yesterday' is not a time"),
+        ("--submitted-at", "2025-13-01", "--submitted-at: '2025-13-01' is not a time"),
+        ("--deadline", "soon", "--deadline: 'soon' is not a time"),
+    ],
+)
+def test_a_time_that_is_no_time_is_the_users_error(
+    tmp_path: Path, option: str, value: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["grade", str(ROOT / "student_template"), "--out", str(tmp_path), option, value]) == 1
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_whatever_escapes_a_command_is_exit_2_on_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from grader import pipeline
+
+    def broken(args: object) -> int:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(pipeline, "main", broken)
+    assert main(["grade", "anything"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "internal error (a bug in the grader, not your fault): RecursionError" in err
+
+
+@pytest.mark.slow
+def test_a_deadline_without_a_trusted_time_leaves_lateness_to_the_instructor(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "reference/a9", repo)
+    when = {"GIT_AUTHOR_DATE": "2026-01-20T12:00:00+00:00", "GIT_COMMITTER_DATE": "2026-01-20T12:00:00+00:00"}
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "late work"]):
+        subprocess.run(
+            ["git", "-c", "user.name=S", "-c", "user.email=s@example.org", *args],
+            cwd=repo, env={**os.environ, **when}, check=True, capture_output=True,
+        )  # fmt: skip
+    deadline = ["--deadline", "2026-01-15T00:00:00+00:00"]
+    result, out = grade(tmp_path / "unknown", repo, *deadline)
+    assert (result.submission.submitted_at, result.submission.submitted_at_source.value) == (None, "unknown")
+    assert (result.lateness.value, result.late, result.score) == ("unknown", None, 105)
+    unknown = "submission time unknown"
+    assert unknown in (out / "summary.md").read_text()
+    assert unknown in json.loads((out / "gradescope.json").read_text())["output"]
+    rows = {t["name"]: t for t in json.loads((out / "classroom.json").read_text())["tests"]}
+    assert rows["late penalty"]["score"] == 0 and unknown in rows["late penalty"]["message"]
+
+    trusted, _ = grade(tmp_path / "trusted", repo, *deadline, "--trust-commit-time")
+    assert trusted.submission.submitted_at_source.value == "commit"
+    assert (trusted.lateness.value, trusted.late and trusted.late.days_late, trusted.score) == ("late", 6, 52.5)
+
+
+def test_the_docker_backend_hands_every_time_option_to_the_grader_in_the_container(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from grader.backends import docker
+
+    seen: list[list[str]] = []
+
+    def container(*args: object, extra_args: list[str], **kwargs: object) -> docker.ContainerOutcome:
+        seen.append(extra_args)
+        return docker.ContainerOutcome("start_failed", None, "not started in this test")
+
+    monkeypatch.setattr(docker, "grade_in_container", container)
+    options = ["--pushed-at", "1770282000", "--deadline", "2026-01-15T00:00:00Z", "--trust-commit-time"]
+    code = main(["grade", str(ROOT / "student_template"), "--backend", "docker", "--out", str(tmp_path), *options])
+    assert code == 2  # the container did not start: the grader's error, with a result saying so
+    assert seen == [options]
+    roster = ["--submitted-at", "2026-01-14T00:00:00Z", "--submitted-at-source", "roster"]
+    main(["grade", str(ROOT / "student_template"), "--backend", "docker", "--out", str(tmp_path), *roster])
+    assert seen[-1] == roster

@@ -506,6 +506,14 @@ def test_gradescope_output_states_the_late_penalty() -> None:
     assert "3 days late: -10% (-8.75 points)" in render_gradescope(late())["output"]
 
 
+def test_gradescope_execution_time_is_the_whole_run_not_the_sum_of_stages_and_total() -> None:
+    stages = {"intake": 0.4, "static": 0.6, "matrix": 7.0, "score": 1.0}
+    assert render_gradescope(full_marks())["execution_time"] == 0  # no timings recorded
+    assert render_gradescope(result(*full_marks().tasks, timings=stages))["execution_time"] == 9
+    with_total = result(*full_marks().tasks, timings={**stages, "total": 9.2})
+    assert render_gradescope(with_total)["execution_time"] == 9
+
+
 # --- summary.md ----------------------------------------------------------------------------------
 
 
@@ -658,6 +666,21 @@ def test_render_serves_every_cli_format() -> None:
     assert json.loads(outputs["gradescope"]) == render_gradescope(res)
     assert outputs["markdown"] == render_markdown(res)
     assert outputs["terminal"] == render_terminal(res, color=False)
+
+
+def test_text_from_any_bytes_renders_and_writes_in_every_format(tmp_path: Path) -> None:
+    # A folder named b"old\xff" arrives as "old\udcff" (PEP 383); a JSON trace may hold a lone surrogate.
+    res = full_marks()
+    res.submission = SubmissionInfo("sub/old\udcff", {}, "sha256:00", problems=["old\udcff/x.md is a symlink\ud800"])
+    res.tasks[0].items[0].feedback = "odd \udcff bytes"
+    written = write_outputs(res, tmp_path, None)
+    for path in written:
+        text = path.read_bytes().decode("utf-8")  # strictly valid UTF-8
+        assert "\\xff" in text or "\\udcff" in text, path.name
+    for fmt in set(cli.FORMATS) - {"junit"}:
+        render(res, fmt, color=False).encode("utf-8")
+    summary = append_step_summary(render_markdown(res), {"GITHUB_STEP_SUMMARY": str(tmp_path / "step.md")})
+    assert summary is not None and "old\\xff" in summary.read_bytes().decode("utf-8")
 
 
 def test_render_refuses_junit_without_a_file_and_unknown_formats() -> None:

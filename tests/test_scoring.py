@@ -5,6 +5,7 @@ Each fixture is one kind of submission; the tests say what score and feedback it
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -14,9 +15,18 @@ import pytest
 
 from grader import __version__
 from grader.errors import GraderError, UserError
-from grader.results import CaseOutcome, Finding, GradeResult, ItemStatus, LatePenalty, SubmissionInfo, Verdict
+from grader.results import (
+    CaseOutcome,
+    Finding,
+    GradeResult,
+    ItemStatus,
+    Lateness,
+    LatePenalty,
+    SubmissionInfo,
+    Verdict,
+)
 from grader.rubric import LatePolicy, Rubric, load_rubric
-from grader.scoring import late_penalty, read_junit, score
+from grader.scoring import late_penalty, read_junit, score, with_deadline
 
 FIXTURES = Path(__file__).parent / "fixtures" / "scoring"
 A9 = Path(__file__).parent.parent / "rubrics" / "a9.yaml"
@@ -398,8 +408,24 @@ def test_late_penalty_applies_to_the_total_including_bonus(root, tmp_path):
     result = grade("reference", root, rubric, submission=late, manual=DIAGRAM_MERGED)
     assert result.late == LatePenalty(days_late=2, percent=20, points=21.0)
     assert result.score == 84  # 105 - 20 %
-    on_time = datetime(2025, 12, 1, 12, 0, tzinfo=timezone.utc)  # the flag wins over the commit time
-    assert grade("reference", root, rubric, submission=late, submitted_at=on_time).late == LatePenalty(0, 0, 0)
+    assert result.lateness is Lateness.LATE
+    on_time = datetime(2025, 12, 1, 12, 0, tzinfo=timezone.utc)  # the argument wins over the submission's time
+    result = grade("reference", root, rubric, submission=late, submitted_at=on_time)
+    assert (result.late, result.lateness) == (LatePenalty(0, 0, 0), Lateness.ON_TIME)
+
+
+def test_a_deadline_without_a_submission_time_is_unknown_lateness_not_on_time(root, tmp_path):
+    rubric = a9_with(tmp_path, "deadline: null", "deadline: '2025-12-01T23:59:00+00:00'")
+    result = grade("reference", root, rubric, manual=DIAGRAM_MERGED)
+    assert (result.late, result.lateness, result.score) == (None, Lateness.UNKNOWN, 105)
+    assert grade("reference", root, manual=DIAGRAM_MERGED).lateness is Lateness.NO_DEADLINE
+
+
+def test_with_deadline_replaces_the_rubrics_and_needs_a_late_policy():
+    deadline = datetime(2026, 1, 10, tzinfo=timezone.utc)
+    assert with_deadline(RUBRIC, deadline).late == LatePolicy(deadline, 10, 50, 15)
+    with pytest.raises(UserError, match="--deadline needs a `late:` section"):
+        with_deadline(dataclasses.replace(RUBRIC, late=None), deadline)
 
 
 # --------------------------------------------------------------------------- the result itself

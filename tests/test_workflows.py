@@ -185,11 +185,13 @@ printf '## Grade\\n' > "$out/summary.md"
 """
 
 
-def test_classroom_steps_hand_the_reporter_the_grader_output(tmp_path):
+# What `${{ github.event.repository.pushed_at }}` is: Unix seconds in a push event, ISO 8601 in the others.
+@pytest.mark.parametrize("pushed_at", ["1770282000", "2026-02-05T09:00:00Z", ""])
+def test_classroom_steps_hand_the_reporter_the_grader_output(tmp_path, pushed_at):
     steps = classroom_job()["steps"]
     grader = next(s for s in steps if s.get("id") == "grader")
     summary = next(s for s in steps if "GITHUB_STEP_SUMMARY" in s.get("run", ""))
-    env = {**github_files(tmp_path), "GITHUB_WORKSPACE": str(tmp_path),
+    env = {**github_files(tmp_path), "GITHUB_WORKSPACE": str(tmp_path), "PUSHED_AT": pushed_at,
            "GRADER_IMAGE": classroom_job()["env"]["GRADER_IMAGE"], "CLASSROOM_JSON": json.dumps(CLASSROOM_JSON)}
 
     run_script(grader["run"], tmp_path, env, {"docker": DOCKER_STUB})
@@ -198,12 +200,23 @@ def test_classroom_steps_hand_the_reporter_the_grader_output(tmp_path):
     assert decoded_result(tmp_path / "output") == CLASSROOM_JSON
     assert (tmp_path / "summary").read_text() == "## Grade\n"
     args = (tmp_path / "runner-temp" / "docker-args").read_text().splitlines()
-    assert args[-4:] == ["grade", "/submission", "--out", "/results"]
+    pushed = ["--pushed-at", pushed_at] if pushed_at else []
+    assert args[-4 - len(pushed) :] == ["grade", "/submission", "--out", "/results", *pushed]
     assert f"{tmp_path}:/submission:ro" in args  # the student's checkout, read-only
     assert {"--network", "none"} <= set(args) and "ALL" in args
     # The same confinement as `grader grade --backend docker`: the two must not drift apart.
     added = {args[i + 1] for i, a in enumerate(args) if a == "--cap-add"}
     assert added == set(CAPABILITIES)
+
+
+def test_the_submission_time_is_the_push_githubs_server_recorded_never_a_commit_date():
+    grader = next(s for s in classroom_job()["steps"] if s.get("id") == "grader")
+    assert grader["env"]["PUSHED_AT"] == "${{ github.event.repository.pushed_at }}"
+    action = next(s for s in load(ACTION)["runs"]["steps"] if s.get("id") == "grade")
+    assert action["env"]["PUSHED_AT"] == "${{ github.event.repository.pushed_at }}"
+    for path in (CLASSROOM, ACTION):  # head_commit.timestamp and friends are dates the student writes
+        expressions = re.findall(r"\$\{\{(.*?)\}\}", path.read_text())
+        assert not [e for e in expressions if "commit" in e or "timestamp" in e], path
 
 
 def test_classroom_summary_step_tolerates_a_failed_grade(tmp_path):
@@ -230,7 +243,7 @@ def test_action_grades_and_sets_result(tmp_path, rubric):
     assert set(action["inputs"]) == {"path", "rubric"}
     step = next(s for s in action["runs"]["steps"] if s.get("id") == "grade")
     assert action["outputs"]["result"]["value"] == "${{ steps.grade.outputs.result }}"
-    env = {**github_files(tmp_path), "SUBMISSION": "submission", "RUBRIC": rubric,
+    env = {**github_files(tmp_path), "SUBMISSION": "submission", "RUBRIC": rubric, "PUSHED_AT": "1770282000",
            "CLASSROOM_JSON": json.dumps(CLASSROOM_JSON)}
 
     run_script(step["run"], tmp_path, env, {"grader": GRADER_STUB})
@@ -239,11 +252,16 @@ def test_action_grades_and_sets_result(tmp_path, rubric):
     args = (tmp_path / "runner-temp" / "grader-args").read_text().splitlines()
     assert args[:2] == ["grade", "submission"]
     assert ("--rubric" in args) == bool(rubric)
+    assert args[-2:] == ["--pushed-at", "1770282000"]
 
 
 def test_action_inputs_reach_the_script_only_through_env():
     step = next(s for s in load(ACTION)["runs"]["steps"] if s.get("id") == "grade")
-    assert step["env"] == {"SUBMISSION": "${{ inputs.path }}", "RUBRIC": "${{ inputs.rubric }}"}
+    assert step["env"] == {
+        "SUBMISSION": "${{ inputs.path }}",
+        "RUBRIC": "${{ inputs.rubric }}",
+        "PUSHED_AT": "${{ github.event.repository.pushed_at }}",
+    }
 
 
 # --- this repository's CI ---------------------------------------------------------------------------------

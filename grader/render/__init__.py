@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
-from grader.results import GradeResult, ItemResult, ItemStatus, TaskResult
+from grader.results import GradeResult, ItemResult, ItemStatus, Lateness, SubmissionInfo, TaskResult, TimeSource
 
 #: Plain-text markers (no emoji: they render inconsistently in terminals and CI logs).
 STATUS_LABELS: dict[ItemStatus, str] = {
@@ -78,12 +78,36 @@ def score_line(result: GradeResult) -> str:
     return f"Score: {fmt_points(result.score)}/{fmt_points(result.max_score)}{suffix}"
 
 
+#: Where a submission time came from, as the reports say it (``submitted 2025-03-01T... (push)``).
+TIME_SOURCE_LABELS: dict[TimeSource, str] = {
+    TimeSource.FLAG: "given to the grader",
+    TimeSource.ROSTER: "from the roster",
+    TimeSource.PUSH: "the push, as the platform recorded it",
+    TimeSource.COMMIT: "the commit's own date, trusted by the instructor",
+    TimeSource.UNKNOWN: "unknown",
+}
+UNKNOWN_LATENESS = (
+    "submission time unknown (no trusted time was given, and a commit's date is set by its author): "
+    "no late penalty applied; the instructor decides"
+)
+
+
 def late_text(result: GradeResult) -> str | None:
+    """The late penalty in words, or why none could be computed; None when lateness is not in question."""
+    if result.lateness is Lateness.UNKNOWN:
+        return UNKNOWN_LATENESS
     if result.late is None:
         return None
     late = result.late
     days = "day" if late.days_late == 1 else "days"
     return f"{late.days_late} {days} late: -{fmt_points(late.percent)}% (-{fmt_points(late.points)} points)"
+
+
+def submitted_text(sub: SubmissionInfo) -> str | None:
+    """``submitted 2025-03-01T12:00:00+00:00 (the push, as the platform recorded it)``; None when unknown."""
+    if sub.submitted_at is None:
+        return None
+    return f"submitted {sub.submitted_at} ({TIME_SOURCE_LABELS[sub.submitted_at_source]})"
 
 
 def isolation_off(result: GradeResult) -> dict[str, str]:

@@ -6,7 +6,8 @@ For that sum to be exactly the grader's score (rounded to cents):
 
 * there is one test per rubric item, scored with its earned points (bonus items add theirs);
 * what the items do not show gets a row of its own: ``bonus cap`` (bonus earned over the cap),
-  ``late penalty`` (negative; it also carries the floor at 0) and, should the grader's total still
+  ``late penalty`` (negative; it also carries the floor at 0; worth 0 and saying so when the
+  submission time is unknown) and, should the grader's total still
   differ from the rows, ``score adjustment``; a grading error adds a ``grader error`` row worth 0;
 * the rows are rounded to cents so that the cents add up to the total (largest remainder: every
   row is within a cent of its exact value, and the total is never off);
@@ -42,7 +43,8 @@ from grader.render import (
     task_items,
     to_cents,
 )
-from grader.results import GradeResult, ItemResult, ItemStatus
+from grader.results import GradeResult, ItemResult, ItemStatus, Lateness
+from grader.text import valid_utf8
 
 MESSAGE_LIMIT = 300
 NAME_LIMIT = 100
@@ -87,7 +89,7 @@ def render_classroom(result: GradeResult) -> dict[str, Any]:
 def encode_result(obj: Mapping[str, Any]) -> str:
     """Base64 (standard alphabet) of the UTF-8 JSON, on one line: the ``result`` step output."""
     text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return base64.b64encode(text.encode("utf-8")).decode("ascii")
+    return base64.b64encode(valid_utf8(text).encode("utf-8")).decode("ascii")
 
 
 def write_step_output(encoded: str, environ: Mapping[str, str] | None = None) -> Path | None:
@@ -124,6 +126,8 @@ def _rows(result: GradeResult) -> list[_Row]:
             floor = " (the score cannot go below 0)" if to_cents(result.score) == 0 else ""
             message += f"; {fmt_points(rest)} applied{floor}"
         rows.append(_Row("late penalty", "fail", rest, message))
+    elif result.lateness is Lateness.UNKNOWN:
+        rows.append(_Row("late penalty", "pass", 0.0, late_text(result) or ""))
     elif to_cents(rest):
         rows.append(
             _Row(

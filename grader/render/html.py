@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from grader import render
-from grader.results import GradeResult, ItemResult, ItemStatus, Verdict
+from grader.results import GradeResult, ItemResult, ItemStatus, Lateness, Verdict
 
 if TYPE_CHECKING:
     from grader.batch import GradebookRow
@@ -167,8 +167,9 @@ def _provenance(result: GradeResult) -> str:
     facts = [f"submission <code>{escape(sub.digest[:19])}</code>"]
     if sub.commit:
         facts.append(f"commit <code>{escape(sub.commit[:12])}</code>")
-    if sub.submitted_at:
-        facts.append(f"submitted {escape(sub.submitted_at)}")
+    submitted = render.submitted_text(sub)
+    if submitted:
+        facts.append(escape(submitted))
     facts.append(f"grader {escape(result.grader_version)}")
     facts.append(f"rubric <code>{escape(result.rubric_digest[:19])}</code>")
     problems = "".join(f"<li>{escape(p)}</li>" for p in sub.problems)
@@ -177,7 +178,8 @@ def _provenance(result: GradeResult) -> str:
 
 def _summary(result: GradeResult) -> str:
     late = result.late
-    late_text = f"{late.days_late} day(s) late: {fmt_points(late.percent)}%" if late and late.days_late else "on time"
+    in_question = result.lateness in (Lateness.LATE, Lateness.UNKNOWN)
+    late_text = (render.late_text(result) if in_question else None) or "on time"
     error = (
         f'<div class="panel error"><strong>The grader could not finish:</strong> {escape(result.error or "")}</div>'
         if result.status != "graded"

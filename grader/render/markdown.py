@@ -20,9 +20,11 @@ from grader.render import (
     isolation_off,
     late_text,
     score_line,
+    submitted_text,
     task_items,
 )
 from grader.results import CaseOutcome, Finding, GradeResult, ItemResult, ItemStatus
+from grader.text import valid_utf8
 
 #: GitHub refuses a step summary over 1 MiB.
 STEP_SUMMARY_LIMIT = 1024 * 1024
@@ -43,7 +45,7 @@ def render_markdown(result: GradeResult, *, details: bool = True) -> str:
     blocks.append(_submission_line(result))
     late = late_text(result)
     if late:
-        blocks.append(f"**Late penalty:** {escape(late)}")
+        blocks.append(f"**Late:** {escape(late)}")
     if result.submission.problems:
         blocks += ["## Submission problems", _bullets(escape(p) for p in result.submission.problems)]
     if details:
@@ -88,6 +90,7 @@ def item_markdown(item: ItemResult, *, bonus: bool = False) -> str:
 
 def append_step_summary(md: str, environ: Mapping[str, str] | None = None) -> Path | None:
     """Append ``md`` to ``$GITHUB_STEP_SUMMARY`` (cut to GitHub's limit); None outside Actions."""
+    md = valid_utf8(md)
     data = md.encode("utf-8")
     if len(data) > STEP_SUMMARY_LIMIT:
         note = "\n\n*Report cut short: GitHub step summaries are limited to 1 MiB; see summary.md.*\n"
@@ -151,8 +154,9 @@ def _submission_line(result: GradeResult) -> str:
     parts = [f"Submission {code_span(sub.digest[:19])}"]
     if sub.commit:
         parts.append(f"commit {code_span(sub.commit[:12])}")
-    if sub.submitted_at:
-        parts.append(f"submitted {escape(sub.submitted_at)}")
+    submitted = submitted_text(sub)
+    if submitted:
+        parts.append(escape(submitted))
     parts.append(f"grader {escape(result.grader_version)}")
     return " · ".join(parts)
 

@@ -20,6 +20,7 @@ from grader.render.gradescope import render_gradescope
 from grader.render.markdown import render_markdown
 from grader.render.terminal import render_terminal
 from grader.results import GradeResult
+from grader.text import valid_utf8
 
 #: File name in ``--out`` -> the format it holds, canonical and human-readable first: a renderer
 #: that refuses the result (Classroom without a max_score) must not cost the student the report.
@@ -40,13 +41,14 @@ def write_outputs(result: GradeResult, out_dir: Path, junit_src: Path | None) ->
     if junit_src is not None:
         written.append(atomic_write(out_dir / "junit.xml", junit_src.read_bytes()))
     for name, fmt in OUTPUT_FILES.items():
-        written.append(atomic_write(out_dir / name, render(result, fmt).encode("utf-8")))
+        written.append(write_text(out_dir / name, render(result, fmt)))
     return written
 
 
 def render(result: GradeResult, fmt: str, *, junit_src: Path | None = None, color: bool | None = None) -> str:
     """``result`` as text in one of ``grader.cli.FORMATS``.  ``junit`` needs the runner's file;
-    ``color`` only concerns ``terminal`` (None: decide by the terminal)."""
+    ``color`` only concerns ``terminal`` (None: decide by the terminal).  The text always encodes as
+    UTF-8, whatever bytes a submission's names held."""
     renderers: dict[str, Callable[[], str]] = {
         "json": result.to_json,
         "junit": lambda: _junit(junit_src),
@@ -57,7 +59,12 @@ def render(result: GradeResult, fmt: str, *, junit_src: Path | None = None, colo
     }
     if fmt not in renderers:
         raise ValueError(f"unknown format {fmt!r}; one of {', '.join(renderers)}")
-    return renderers[fmt]()
+    return valid_utf8(renderers[fmt]())
+
+
+def write_text(path: Path, text: str) -> Path:
+    """``text`` as UTF-8 in ``path``, atomically; text no renderer made safe still cannot fail the write."""
+    return atomic_write(path, valid_utf8(text).encode("utf-8"))
 
 
 def atomic_write(path: Path, data: bytes) -> Path:

@@ -1,0 +1,40 @@
+"""Text that came from a submission, made safe to show and to write.
+
+A file name is any bytes but ``/`` and NUL.  Python hands undecodable bytes over as lone surrogates
+(PEP 383: ``old\\xff`` arrives as ``"old\\udcff"``), which no UTF-8 writer accepts, and a name may
+hold a newline or a terminal escape that would forge lines of a report.  :func:`shown` turns such a
+name into one printable line before it enters a message; :func:`valid_utf8` is the last guard
+before any text becomes bytes, so a message nobody escaped still cannot stop an output being written.
+"""
+
+from __future__ import annotations
+
+_SURROGATES = range(0xD800, 0xE000)
+_ESCAPED_BYTES = range(0xDC80, 0xDD00)  # what ``surrogateescape`` makes of the bytes 0x80..0xff
+
+
+def shown(text: str) -> str:
+    """``text`` with every character that is not printable written as a Python escape.
+
+    An undecodable byte reads as ``\\xff``, a newline as ``\\n``, ESC as ``\\x1b``, a right-to-left
+    override as ``\\u202e``; printable text, any script, is left alone.
+    """
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
+
+
+def valid_utf8(text: str) -> str:
+    """``text`` unchanged when it encodes as UTF-8, else with its lone surrogates escaped."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join(_escape(ch) if ord(ch) in _SURROGATES else ch for ch in text)
+    return text
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if code in _ESCAPED_BYTES:
+        return f"\\x{code - 0xDC00:02x}"
+    return repr(ch)[1:-1]
