@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from grader.errors import UserError
 from grader.manual import apply_manual, load_manual
-from grader.matrix import catalog
+from grader.packs.a9 import catalog
 from grader.results import GradeResult, schema_path
 from grader.rubric import default_rubric_path, load_rubric
 

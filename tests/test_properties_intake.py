@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from grader import static_checks
 from grader.errors import UserError
 from grader.intake import materialize
-from grader.matrix import catalog
+from grader.packs.a9 import catalog
 from grader.render.html import render_student_report
 from grader.render.outputs import OUTPUT_FILES, write_outputs
 from grader.results import schema_path
