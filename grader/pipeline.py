@@ -209,6 +209,7 @@ def _grade_in_docker(args: argparse.Namespace) -> GradeResult:
         cpus=float(os.cpu_count() or 2),
         pids=1024,
         extra_args=_time_options(args),
+        salt=_instructor_salt(args.secret_file),
     )
     results = out / "results.json"
     if outcome.status == "ok" and results.exists():
@@ -221,6 +222,13 @@ def _grade_in_docker(args: argparse.Namespace) -> GradeResult:
 
         write_outputs(result, out, None)
     return result
+
+
+def _instructor_salt(secret_file: Path | None) -> str | None:
+    """The instructor's secret for the container's grader, or None (it draws a random one)."""
+    if secret_file is None and not os.environ.get(SALT_ENV):
+        return None
+    return input_salt(secret_file)[0]
 
 
 def _time_options(args: argparse.Namespace) -> list[str]:

@@ -19,6 +19,15 @@ HOSTILE=(
     "backdated_commit=52.5"   # committed before the deadline, pushed three weeks after: the push time counts
     "deep_tree=100"           # a folder 1,100 levels deep: the search stops at 64 and says so
     "odd_bytes_names=85"      # folders named b'old\xff' and with a newline: refused, and named printably
+    # issue 11's classes of attack, each held inside the container too (expected.json decides):
+    "oracle_expected_values=-" # looks for expected values in frames, gc and the grader package
+    "guard_patched=-"          # patches the guard from inside, then calls dist.all_reduce
+    "unguarded_routes=-"       # private bindings, a stub's closure, dispatcher ops by name
+    "forged_trace_types=-"     # a trace of the wrong types and a deeply nested field
+    "exit_70_and_deep_frame=-" # exit status 70, a reply header nested 200,000 deep
+    "kill_every_process=-"     # kill(-1, SIGKILL)
+    "memfd_3gib=-"             # 3 GiB in memfd files RLIMIT_AS never sees
+    "escape_time_bound=-"      # a setsid double fork at import and a case that never ends
 )
 REFERENCE=reference/a9  # its tasks must earn max_score, and some bonus on top
 COMMIT_TIME=2026-01-05T12:00:00+00:00  # the reference's commit, as results.json must report it with --trust-commit-time
@@ -131,9 +140,13 @@ for check in checks:
     print(seen)
     if result["status"] != "graded":
         failures.append(f"{name}: status {result['status']}: {result['error']}")
-    # The container exists to run student code under another uid; without it nothing is confined.
-    if result["isolation"].get("uid") != "on":
-        failures.append(f"{name}: rank processes kept the grader's uid: {result['isolation'].get('uid')}")
+    # The grade of record builds every layer of the rank sandbox inside the container, as on a host.
+    layers = result["isolation"]
+    off = {k: v for k, v in layers.items() if v.partition(":")[0] != "on"}
+    wanted = {"zygote", "salt", "pid_namespace", "cgroup", "measured_traffic", "uid", "filesystem", "ipc", "network",
+              "seccomp", "audit_hooks", "prctl", "rlimits", "nproc", "fds"}
+    if off or not wanted <= set(layers):
+        failures.append(f"{name}: layers off or missing in the container: {off}, missing {sorted(wanted - set(layers))}")
     expected_file = Path("tests/corpus/hostile") / name / "expected.json"
     if want == "max":
         sub = result["submission"]

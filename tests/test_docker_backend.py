@@ -20,6 +20,7 @@ import pytest
 from grader.backends.docker import (
     CAPABILITIES,
     LABEL,
+    SECCOMP_PROFILE,
     ContainerOutcome,
     docker_available,
     grade_in_container,
@@ -156,7 +157,7 @@ def test_limits_reach_the_container_and_students_cannot_touch_results(tmp_path, 
     assert outcome.status == "ok", outcome
     assert outcome.results == out / "results.json"
     probe = json.loads((out / "probe.json").read_text())
-    capability_bits = {"CHOWN": 0, "KILL": 5, "SETGID": 6, "SETUID": 7}  # linux/capability.h
+    capability_bits = {"KILL": 5, "SETGID": 6, "SETUID": 7, "NET_ADMIN": 12, "NET_RAW": 13, "SYS_ADMIN": 21}
     assert probe["uid"] == 0
     assert probe["cap_eff"] == sum(1 << capability_bits[c] for c in CAPABILITIES)
     assert probe["no_new_privs"] == "1"
@@ -196,6 +197,9 @@ def test_host_config_carries_every_limit(tmp_path, fake_image, client):
     assert host["CapDrop"] == ["ALL"]
     assert sorted(c.removeprefix("CAP_") for c in host["CapAdd"]) == sorted(CAPABILITIES)
     assert "no-new-privileges" in host["SecurityOpt"]
+    assert host["CgroupnsMode"] == "private"  # the grader's own cgroups nest inside the container's
+    (seccomp,) = [opt for opt in host["SecurityOpt"] if opt.startswith("seccomp=")]
+    assert json.loads(seccomp.removeprefix("seccomp=")) == SECCOMP_PROFILE
     assert set(host["Tmpfs"]) == {"/tmp", "/work"}
     assert f"{submission}:/submission:ro" in host["Binds"]
     assert outcomes[0].status == "ok", outcomes[0]

@@ -62,3 +62,50 @@ def test_encoding_needs_no_numpy() -> None:
         "assert torch.equal(f.tensors['x'], torch.arange(5.0))\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- property-based: whatever a rank sends, the session gets frames or a WireError, nothing else ---
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from grader.sandbox import replies  # noqa: E402
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@given(st.binary(max_size=2048), st.lists(st.integers(min_value=1, max_value=64), max_size=20))
+def test_random_bytes_are_frames_or_a_wire_error(data: bytes, cuts: list[int]) -> None:
+    reader = wire.FrameReader(1 << 16)
+    try:
+        start = 0
+        for cut in [*cuts, len(data)]:
+            for frame in reader.feed(data[start : start + cut]):
+                assert isinstance(frame.header, dict)
+            start += cut
+    except wire.WireError:
+        pass
+
+
+@given(st.dictionaries(st.sampled_from(["status", "message", "trace", "events", "tensors", "x"]), JSON))
+def test_any_header_is_a_checked_reply_or_a_wire_error(header: dict) -> None:
+    head = json.dumps(header, allow_nan=True).encode()
+    try:
+        (frame,) = wire.FrameReader(1 << 20).feed(struct.pack("<I", len(head)) + head)
+        reply = replies.parse(frame.header, world_size=4)
+    except wire.WireError:
+        return
+    assert reply.status in replies.CASE_STATUSES | {"ready"}
+    assert isinstance(reply.message, str)
+    assert all(isinstance(n, int) for n in reply.claims.sent_to.values())
+
+
+@given(st.integers(min_value=17, max_value=300_000))
+def test_a_header_nested_too_deep_is_a_wire_error(depth: int) -> None:
+    head = b"[" * depth + b"]" * depth
+    with pytest.raises(wire.WireError, match="malformed header"):
+        wire.FrameReader(1 << 30).feed(struct.pack("<I", len(head)) + head)

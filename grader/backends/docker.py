@@ -4,15 +4,27 @@ The container gets no network, capped memory (swap included), CPUs and pids, a r
 small tmpfs mounts for /tmp and /work, the submission read-only at /submission and a results directory at
 /results.  It is always removed, whatever happened.
 
-Why the container runs as uid 0 (``user="0"``) with ``cap_drop=ALL`` plus only SETUID, SETGID, KILL and CHOWN: the
-in-container grader must itself be able to drop every rank process (the only code that imports student code) to the
-unprivileged ``student`` uid (``GRADER_STUDENT_USER``), hand that uid the rank's scratch directory, and signal
-those processes when a case hangs. Those four capabilities allow exactly that. Without CAP_DAC_OVERRIDE/CAP_FOWNER
-this root is bound by ordinary file permissions, and ``no-new-privileges`` keeps the student processes from
-regaining anything through setuid binaries. /results is owned by root with mode 0700 (group-writable only through
-the invoking host user's group when that user is not root, see ``_prepare_staging``), so student code can neither
-forge nor read the results. The image's default USER stays the non-root ``grader`` for a plain ``docker run``,
-where no uid separation is attempted.
+Why the container runs as uid 0 (``user="0"``) with ``cap_drop=ALL`` plus only the capabilities in
+:data:`CAPABILITIES`: the in-container grader builds, for every rank group, the same sandbox it builds on a host
+(``grader.sandbox``): SETUID/SETGID to give every rank a uid of its own, KILL to stop ranks, SYS_ADMIN for the
+group's PID, mount and IPC namespaces and its cgroups (the controllers are mounted afresh in a private cgroup
+namespace: ``cgroupns="private"``, so they nest inside this container's own limits and nothing of the host's
+hierarchy is in reach), NET_ADMIN to bring up ``lo`` in the group's network namespace, NET_RAW for the packet
+capture that measures the ranks' traffic.  Student code never holds any of them: every rank drops to its own uid
+(which clears the capability sets), sets NO_NEW_PRIVS and loads its own seccomp filter before its first line runs.
+The price: CAP_SYS_ADMIN makes the container's root much stronger, so what stands between a student and the host
+is the rank's uid, NO_NEW_PRIVS and its seccomp filter (and, on AppArmor hosts, Docker's profile, which then turns
+the mount-based layers off: they report why).  The container's own seccomp profile (:data:`SECCOMP_PROFILE`) is
+written here: Docker's default would refuse ``pivot_root``; ours allows everything the grader uses and refuses the
+calls no grading needs (kernel modules, kexec, keys, bpf, ptrace, new user namespaces...).  Without
+CAP_DAC_OVERRIDE/CAP_FOWNER this root is bound by ordinary file permissions, and ``no-new-privileges`` keeps the
+student processes from regaining anything through setuid binaries. /results is owned by root with mode 0700
+(group-writable only through the invoking host user's group when that user is not root, see
+``_prepare_staging``), so student code can neither forge nor read the results. The image's default USER stays the
+non-root ``grader`` for a plain ``docker run``, where the layers that need root report themselves off.
+
+The instructor's input salt (``GRADER_INPUT_SALT``, or ``--secret-file`` read on the host) reaches the grader in
+the container through its environment; the grader hands it to its matrix session only, never to a rank.
 
 The host side never trusts what comes back: results are written to a private staging directory, and only
 regular files (no symlinks, bounded size) are copied into the caller's ``out_dir``, results.json only once it
@@ -36,6 +48,7 @@ import docker
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
+from grader.pipeline import SALT_ENV
 from grader.results import schema_path
 
 Status = Literal["ok", "timeout", "oom", "start_failed", "error"]
@@ -43,7 +56,62 @@ Status = Literal["ok", "timeout", "oom", "start_failed", "error"]
 SUBMISSION_MOUNT = "/submission"
 RESULTS_MOUNT = "/results"
 RUBRIC_MOUNT = "/rubric.yaml"
-CAPABILITIES = ("SETUID", "SETGID", "KILL", "CHOWN")  # CHOWN: hand each rank its scratch dir
+CAPABILITIES = ("SETUID", "SETGID", "KILL", "SYS_ADMIN", "NET_ADMIN", "NET_RAW")
+CLONE_NEWUSER = 0x10000000
+#: Refused in the container, even to the grader: what no grading needs and what attacks the kernel or the host.
+DENIED_SYSCALLS = (
+    "acct",
+    "add_key",
+    "bpf",
+    "delete_module",
+    "finit_module",
+    "init_module",
+    "iopl",
+    "ioperm",
+    "kcmp",
+    "kexec_file_load",
+    "kexec_load",
+    "keyctl",
+    "lookup_dcookie",
+    "mount_setattr",
+    "name_to_handle_at",
+    "nfsservctl",
+    "open_by_handle_at",
+    "perf_event_open",
+    "pidfd_getfd",
+    "process_madvise",
+    "process_vm_readv",
+    "process_vm_writev",
+    "ptrace",
+    "quotactl",
+    "reboot",
+    "request_key",
+    "settimeofday",
+    "clock_settime",
+    "swapoff",
+    "swapon",
+    "syslog",
+    "uselib",
+    "userfaultfd",
+    "vhangup",
+)
+SECCOMP_PROFILE = {
+    "defaultAction": "SCMP_ACT_ALLOW",
+    "syscalls": [
+        {"names": list(DENIED_SYSCALLS), "action": "SCMP_ACT_ERRNO", "errnoRet": 1},
+        # no new user namespace (the grader needs none, and one would hand back every capability inside it)
+        *(
+            {
+                "names": [name],
+                "action": "SCMP_ACT_ERRNO",
+                "errnoRet": 1,
+                "args": [{"index": 0, "value": CLONE_NEWUSER, "valueTwo": CLONE_NEWUSER, "op": "SCMP_CMP_MASKED_EQ"}],
+            }
+            for name in ("clone", "unshare")
+        ),
+        {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38},  # ENOSYS: glibc falls back to clone
+    ],
+}
 TMPFS = {
     # exec: the grader's sandbox copy of the submission lives here and rank processes import from it.
     "/tmp": "size=512m,mode=1777,exec",
@@ -92,7 +160,9 @@ def grade_in_container(
     cpus: float,
     pids: int,
     extra_args: list[str] | None = None,
+    salt: str | None = None,
 ) -> ContainerOutcome:
+    """Grade in a fresh container; ``salt`` is the instructor's secret input salt (None: random in there)."""
     submission = Path(submission).resolve()
     if not submission.exists():
         return ContainerOutcome("start_failed", None, f"submission {submission} does not exist on this host")
@@ -117,7 +187,7 @@ def grade_in_container(
     out_dir.mkdir(parents=True, exist_ok=True)
     staging, group_add = _prepare_staging(out_dir)
     try:
-        options = container_options(submission, staging, rubric, memory_mb, cpus, pids, group_add)
+        options = container_options(submission, staging, rubric, memory_mb, cpus, pids, group_add, salt)
         outcome = _run(client, image, grade_command(submission, rubric, extra_args or []), options, timeout_s)
         return _collect(staging, out_dir, outcome) if outcome.ok else outcome
     finally:
@@ -135,6 +205,7 @@ def container_options(
     cpus: float,
     pids: int,
     group_add: list[str],
+    salt: str | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of ``containers.create`` that confine the run (kept apart to be testable)."""
     volumes = {
@@ -155,11 +226,12 @@ def container_options(
         "tmpfs": dict(TMPFS),
         "cap_drop": ["ALL"],
         "cap_add": list(CAPABILITIES),
-        "security_opt": ["no-new-privileges"],
+        "security_opt": ["no-new-privileges", "seccomp=" + json.dumps(SECCOMP_PROFILE)],
+        "cgroupns": "private",
         "group_add": group_add,
         "init": True,  # reaps the rank processes that a crashed grader leaves behind
         "volumes": volumes,
-        "environment": {"HOME": "/work", "TMPDIR": "/tmp"},
+        "environment": {"HOME": "/work", "TMPDIR": "/tmp", **({SALT_ENV: salt} if salt else {})},
         "working_dir": "/work",
         "labels": {LABEL: "grade"},
     }

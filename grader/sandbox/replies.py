@@ -51,13 +51,15 @@ class Reply:
 def parse(header: dict[str, Any], world_size: int) -> Reply:
     """The checked reply, or WireError naming the first rule the header breaks."""
     status = header.get("status")
+    if not isinstance(status, str):
+        raise WireError("status is not text")
     if status == "ready":
         raw = _mapping(header.get("isolation", {}), "layers")
         layers = {_text(k, "layer"): _text(v, "layer") for k, v in raw.items()}
         connections = tuple(_connection(pair) for pair in _list(header.get("connections", []), "connections", 4096))
         return Reply("ready", layers=layers, connections=connections)
     if status not in CASE_STATUSES:
-        raise WireError(f"unknown status {str(status)[:40]!r}")
+        raise WireError(f"unknown status {status[:40]!r}")
     message = _text(header.get("message", ""), "message")
     return Reply(str(status), message, _claims(header.get("trace", {}), header.get("events", []), world_size))
 

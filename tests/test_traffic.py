@@ -1,0 +1,108 @@
+"""The traffic measurement: Gloo's framing parsed from captured bytes, whatever the packets look like.
+
+``_Stream`` gets a direction of a connection as TCP delivers it (sequence number and payload);
+these tests feed it operations built the way Gloo's ``struct Op`` lays them out, cut at arbitrary
+points, repeated and with holes, and check what the session would conclude from them.
+"""
+
+from __future__ import annotations
+
+import random
+
+from grader.sandbox.traffic import (
+    NOTIFY_RECV_READY,
+    NOTIFY_SEND_READY,
+    PREAMBLE,
+    SEND_UNBOUND_BUFFER,
+    Traffic,
+    _Stream,
+)
+
+
+def op(opcode: int, slot: int, payload: bytes = b"") -> bytes:
+    return (
+        PREAMBLE.pack(
+            PREAMBLE.size + len(payload) if opcode == SEND_UNBOUND_BUFFER else PREAMBLE.size,
+            opcode,
+            slot,
+            0,
+            len(payload),
+            0,
+        )
+        + payload
+    )
+
+
+def feed(data: bytes, cuts: list[int], start: int = 1000) -> tuple[_Stream, Traffic]:
+    stream, traffic = _Stream(0, 1), Traffic()
+    pieces = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+    seq = start
+    for piece in pieces:
+        stream.feed(seq, memoryview(piece), traffic)
+        seq += len(piece)
+    return stream, traffic
+
+
+EXCHANGE = (
+    op(NOTIFY_SEND_READY, 0)
+    + op(SEND_UNBOUND_BUFFER, 0, b"\x01" * 40)
+    + op(NOTIFY_RECV_READY, 7)
+    + op(SEND_UNBOUND_BUFFER, 7, b"\x02" * 100_000)
+    + op(SEND_UNBOUND_BUFFER, 4 << 56 | 1 << 24, b"\x03" * 12)  # an allreduce's data
+    + op(SEND_UNBOUND_BUFFER, 6 << 56, b"\x04" * 8)  # a broadcast's
+)
+
+
+def test_messages_bytes_and_collectives_are_counted_however_the_stream_is_cut() -> None:
+    rng = random.Random(0)
+    for _ in range(50):
+        cuts = sorted(rng.sample(range(1, len(EXCHANGE)), rng.randint(0, 30)))
+        _, traffic = feed(EXCHANGE, cuts)
+        pair = traffic.pairs[(0, 1)]
+        assert (pair.messages, pair.bytes) == (2, 100_040)
+        assert pair.collectives == {"all_reduce": 1, "broadcast": 1}
+        assert pair.notifications == 2
+        assert traffic.foreign == [] and traffic.lost == ""
+
+
+def test_a_retransmitted_segment_is_counted_once() -> None:
+    stream, traffic = _Stream(0, 1), Traffic()
+    stream.feed(5000, memoryview(EXCHANGE[:100]), traffic)
+    stream.feed(5000, memoryview(EXCHANGE[:100]), traffic)  # the same bytes again
+    stream.feed(5050, memoryview(EXCHANGE[50:]), traffic)  # overlapping the end of what was seen
+    assert traffic.pairs[(0, 1)].messages == 2 and not traffic.lost
+
+
+def test_sequence_numbers_wrap_around() -> None:
+    _, traffic = feed(EXCHANGE, [30, 5000], start=(1 << 32) - 60)
+    assert traffic.pairs[(0, 1)].messages == 2 and not traffic.lost
+
+
+def test_a_hole_in_the_capture_is_a_lost_measurement_not_a_verdict() -> None:
+    stream, traffic = _Stream(0, 1), Traffic()
+    stream.feed(0, memoryview(EXCHANGE[:60]), traffic)
+    stream.feed(100, memoryview(EXCHANGE[100:]), traffic)
+    assert traffic.lost == "40 bytes from rank 0 to rank 1 were not captured"
+    assert traffic.foreign == []
+
+
+def test_bytes_that_are_not_gloo_operations_are_foreign() -> None:
+    _, traffic = feed(op(SEND_UNBOUND_BUFFER, 0, b"x") + b"GET / HTTP/1.1\r\n" * 4, [])
+    assert traffic.foreign == ["rank 0 sent rank 1 bytes that are not Gloo operations"]
+    assert traffic.pairs[(0, 1)].messages == 1
+
+
+def test_a_preamble_whose_length_does_not_add_up_is_foreign() -> None:
+    lying = PREAMBLE.pack(PREAMBLE.size, SEND_UNBOUND_BUFFER, 0, 0, 1 << 40, 0)  # claims a terabyte
+    _, traffic = feed(lying, [])
+    assert traffic.foreign
+
+
+def test_per_rank_totals() -> None:
+    traffic = Traffic()
+    traffic.pair(0, 1).messages, traffic.pair(0, 1).bytes = 3, 300
+    traffic.pair(0, 2).messages, traffic.pair(0, 2).bytes = 1, 100
+    traffic.pair(2, 0).messages, traffic.pair(2, 0).bytes = 1, 50
+    assert traffic.sent_by(0) == (4, 400)
+    assert traffic.received_by(0) == (1, 50)
+    assert traffic.sent_by(1) == (0, 0)
