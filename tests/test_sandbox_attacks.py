@@ -95,7 +95,8 @@ def test_no_exit_status_or_frame_of_a_rank_makes_a_grader_error(tmp_path: Path) 
 
 
 def test_kill_minus_one_reaches_no_other_grading(tmp_path: Path) -> None:
-    """Class 5: two gradings at once; the one that kill(-1)s loses only its own allgather."""
+    """Class 5: two gradings at once; kill(-1) from a rank reaches no process at all (its uid is its
+    own, in its group's PID namespace, and kill(-1) spares the caller)."""
     honest: dict[str, Case] = {}
     worker = threading.Thread(
         target=lambda: honest.update(matrix(tmp_path / "honest", REFERENCE, ("test_allgather[", "test_broadcast[")))
@@ -104,8 +105,7 @@ def test_kill_minus_one_reaches_no_other_grading(tmp_path: Path) -> None:
     hostile = matrix(tmp_path / "hostile", CORPUS / "kill_every_process", ("test_allgather[", "test_broadcast["))
     worker.join()
     assert verdicts(honest) == {"pass"}
-    assert {c.verdict.value for n, c in hostile.items() if n.startswith("test_allgather[")} == {"crash"}
-    assert {c.verdict.value for n, c in hostile.items() if n.startswith("test_broadcast[")} == {"pass"}
+    assert verdicts(hostile) == {"pass"}
 
 
 def test_memory_in_a_memfd_is_counted(tmp_path: Path) -> None:

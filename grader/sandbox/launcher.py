@@ -355,8 +355,9 @@ class RankGroup:
         deadline = time.monotonic() + SETTLE_S
         while True:
             self._capture.drain()
-            traffic = self._capture.traffic
-            if explains(run.ranks, traffic) or time.monotonic() > deadline:
+            traffic, missing = self._capture.traffic, self._capture.missing()
+            if (not missing and explains(run.ranks, traffic)) or time.monotonic() > deadline:
+                traffic.lost = traffic.lost or missing
                 return traffic
             time.sleep(0.01)
 

@@ -45,6 +45,7 @@ SOL_PACKET, PACKET_STATISTICS, PACKET_IGNORE_OUTGOING = 263, 6, 23
 SO_RCVBUFFORCE = 33
 RCVBUF = 64 << 20
 MAX_PACKET = 1 << 18  # lo's largest (GSO) packet is 64 KiB plus headers
+MAX_AHEAD = 64 << 20  # bytes of one stream held while waiting for a segment delivered late
 
 
 @dataclass
@@ -87,7 +88,11 @@ class Traffic:
 
 
 class _Stream:
-    """One direction of one Gloo connection, parsed op by op."""
+    """One direction of one Gloo connection, parsed op by op.
+
+    On ``lo`` a segment sent from one CPU can reach the capture after the next one, sent from
+    another: segments ahead of the stream wait (copied, bounded) until the bytes before them come.
+    """
 
     def __init__(self, src: int, dst: int) -> None:
         self.src, self.dst = src, dst
@@ -95,19 +100,40 @@ class _Stream:
         self.skip = 0  # payload bytes still to pass over
         self.head = bytearray()
         self.broken = ""
+        self.ahead: dict[int, bytes] = {}  # seq -> segment that arrived before the bytes preceding it
+        self.ahead_bytes = 0
 
     def feed(self, seq: int, view: memoryview, traffic: Traffic) -> None:
         if self.broken:
             return
         if self.next_seq is None:
             self.next_seq = seq  # the first bytes after the ready frames: an operation boundary
-        ahead = (seq - self.next_seq) & 0xFFFFFFFF
-        if ahead >= 1 << 31:  # a retransmission of bytes already seen
-            view = view[(self.next_seq - seq) & 0xFFFFFFFF :]
-        elif ahead:
-            self.broken = f"{ahead} bytes from rank {self.src} to rank {self.dst} were not captured"
-            traffic.lost = traffic.lost or self.broken
+        gap = (seq - self.next_seq) & 0xFFFFFFFF
+        if 0 < gap < 1 << 31:  # ahead of the stream: keep it for when the gap fills
+            if self.ahead_bytes + len(view) > MAX_AHEAD:
+                self.broken = f"{gap} bytes from rank {self.src} to rank {self.dst} were not captured"
+                traffic.lost = traffic.lost or self.broken
+                return
+            self.ahead[seq] = bytes(view)
+            self.ahead_bytes += len(view)
             return
+        if gap:  # a retransmission of bytes already seen
+            view = view[(self.next_seq - seq) & 0xFFFFFFFF :]
+        self._parse(view, traffic)
+        while self.next_seq in self.ahead:
+            data = self.ahead.pop(self.next_seq)
+            self.ahead_bytes -= len(data)
+            self._parse(memoryview(data), traffic)
+
+    def missing(self) -> str:
+        """Why this stream's measurement is incomplete once every byte should have come ("" if it is not)."""
+        if self.ahead and not self.broken:
+            gap = min(self.ahead, key=lambda s: (s - (self.next_seq or 0)) & 0xFFFFFFFF) - (self.next_seq or 0)
+            return f"{gap & 0xFFFFFFFF} bytes from rank {self.src} to rank {self.dst} were not captured"
+        return ""
+
+    def _parse(self, view: memoryview, traffic: Traffic) -> None:
+        assert self.next_seq is not None
         self.next_seq = (self.next_seq + len(view)) & 0xFFFFFFFF
         while view:
             if self.skip:
@@ -173,11 +199,13 @@ class Capture:
         (connection set-up), so that every stream starts at an operation boundary."""
         self.drain()
         self.streams.clear()
-        owner = {local: r for r, conns in connections.items() for local, _ in conns}
-        for r, conns in connections.items():
-            for local, remote in conns:
-                if remote in owner:
-                    self.streams[(local, remote)] = _Stream(r, owner[remote])
+        # By the pair of ports, never by one port: an accepted socket has its listener's port, and
+        # the kernel may give two ranks' connections to different peers the same ephemeral port.
+        ends = {(local, remote): r for r, conns in connections.items() for local, remote in conns}
+        for (local, remote), r in ends.items():
+            peer = ends.get((remote, local))
+            if peer is not None:
+                self.streams[(local, remote)] = _Stream(r, peer)
         self.traffic = Traffic()
 
     def begin_case(self) -> None:
@@ -198,6 +226,10 @@ class Capture:
                 continue
             self._packet(memoryview(self._buf)[:size], addr[1])
         self._check_drops()
+
+    def missing(self) -> str:
+        """Why the case's measurement is still incomplete: a segment that has not come yet."""
+        return next((why for stream in self.streams.values() if (why := stream.missing())), "")
 
     def _check_drops(self) -> None:
         stats = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
