@@ -117,7 +117,7 @@ class Sandboxing:
         if self.isolation is None:
             return {}
         need_root = "off: needs root"
-        cgroups = self.cgroups.off or "on" if self.cgroups is not None else need_root
+        cgroups = need_root if self.cgroups is None else (self.cgroups.off or "on")
         return {
             "zygote": "on",
             "pid_namespace": "on" if self.pid_namespace else need_root,

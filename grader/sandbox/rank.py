@@ -39,8 +39,7 @@ import torch.distributed as dist
 from grader.sandbox import audit, guard, isolation, syscalls, wire
 from grader.sandbox.status import StatusSlot
 
-#: Python modules a pack's bodies may ask for, in import order: a module later in the list may
-#: import an earlier one (transformer.py imports my_all_to_all from collectives.py).
+#: What the placeholder of a ``collectives.py`` that failed to import offers: each raises, saying why.
 COLLECTIVE_NAMES = ("my_broadcast", "my_allreduce", "my_allgather", "my_reduce_scatter", "my_all_to_all")
 MAX_CONTROL_FRAME = 1 << 30
 
@@ -64,9 +63,10 @@ class RankSetup:
     sandbox: str
     cgroups: tuple[str, ...]  # cgroup.procs files this rank joins
     isolation: isolation.IsolationConfig | None
+    bodies: Any  # the pack's rank-side module: BODIES (kind -> body) and MODULE_OF (kind -> student module)
 
 
-def setup_from(request: Any, rank: int) -> RankSetup:
+def setup_from(request: Any, rank: int, bodies: Any) -> RankSetup:
     """This rank's setup from the zygote's group request."""
     own = request.ranks[rank]
     cfg = None
@@ -76,7 +76,7 @@ def setup_from(request: Any, rank: int) -> RankSetup:
         fields["allow_read"] = tuple(Path(p) for p in fields["allow_read"])
         fields["hide"] = tuple(Path(p) for p in fields["hide"])
         cfg = isolation.IsolationConfig(**fields)
-    return RankSetup(rank, request.world_size, request.store, request.sandbox, tuple(own["cgroups"]), cfg)
+    return RankSetup(rank, request.world_size, request.store, request.sandbox, tuple(own["cgroups"]), cfg, bodies)
 
 
 def preload() -> None:
@@ -252,7 +252,7 @@ def _serve(setup: RankSetup, pipes: RankPipes) -> None:
         if frame is None or frame.header.get("op") != "case":
             return
         status.set(StatusSlot.RUNNING, "")
-        reply = cases.run(_run_case, frame, student, rank_guard, setup.sandbox)
+        reply = cases.run(_run_case, frame, student, rank_guard, setup)
         status.set(StatusSlot.DONE, "")
         out.write(reply)
 
@@ -301,10 +301,8 @@ def _student_loop(box: list[Any], go: Any, done: Any) -> None:
             done.release()
 
 
-def _run_case(frame: wire.Frame, student: Student, rank_guard: guard.Guard, sandbox: str) -> bytes:
-    """Run one case (on the case's thread) and encode its reply."""
-    from grader.packs.a9.bodies import BODIES, MODULE_OF
-
+def _run_case(frame: wire.Frame, student: Student, rank_guard: guard.Guard, setup: RankSetup) -> bytes:
+    """Run one case (on the student's thread) and encode its reply."""
     head = frame.header
     rank_guard.begin_case(frozenset(head.get("allowed", [])), bool(head.get("keep_events")), float(head["t0"]))
     kind = head["kind"]
@@ -313,12 +311,12 @@ def _run_case(frame: wire.Frame, student: Student, rank_guard: guard.Guard, sand
             student.errors.setdefault(str(name), str(reason)[:2000])
     tensors: dict[str, torch.Tensor] = {}
     try:
-        student.module(MODULE_OF[kind])
+        student.module(setup.bodies.MODULE_OF[kind])
         with torch.no_grad():  # grad mode is per thread
-            tensors = BODIES[kind](student, head.get("params", {}), frame.tensors)
+            tensors = setup.bodies.BODIES[kind](student, head.get("params", {}), frame.tensors)
         status, message = "ok", ""
     except BaseException as exc:  # the verdict is decided by the session from this report
-        status, message = classify(exc, sandbox)
+        status, message = classify(exc, setup.sandbox)
     trace = rank_guard.trace
     header: dict[str, Any] = {"status": status, "message": str.__str__(message)[:4000], "trace": trace.summary()}
     header["events"] = trace.events

@@ -102,7 +102,7 @@ def serve(sock: socket.socket, bodies: str) -> None:
         pid = os.fork()
         if pid == 0:
             sock.close()
-            leader(request, fds, bodies)  # never returns
+            leader(request, fds, importlib.import_module(bodies))  # never returns
         for fd in fds:
             os.close(fd)
         sock.send(json.dumps({"leader": pid}).encode())
@@ -118,7 +118,7 @@ def _reap_leaders() -> None:
             return
 
 
-def leader(request: GroupRequest, fds: list[int], bodies: str) -> None:
+def leader(request: GroupRequest, fds: list[int], bodies: Any) -> None:
     """The group leader (never returns): enter the group's network namespace and cgroups, then
     start init, in a new PID namespace when root."""
     from grader.sandbox import isolation
@@ -140,12 +140,12 @@ def leader(request: GroupRequest, fds: list[int], bodies: str) -> None:
         if pid_namespace == "on":
             child = os.fork()
             if child == 0:
-                init(request, fds[:n], report, pid_namespace=True)
+                init(request, fds[:n], report, bodies, pid_namespace=True)
             for fd in fds[: n + 1]:  # the ranks' pipes must close when the ranks end, not with us
                 os.close(fd)
             _wait_for(child)
         else:
-            init(request, fds[:n], report, pid_namespace=False)
+            init(request, fds[:n], report, bodies, pid_namespace=False)
         code = 0
     finally:
         os._exit(code)
@@ -162,7 +162,7 @@ def _wait_for(child: int) -> None:
             continue
 
 
-def init(request: GroupRequest, fds: list[int], report: int, pid_namespace: bool) -> None:
+def init(request: GroupRequest, fds: list[int], report: int, bodies: Any, pid_namespace: bool) -> None:
     """Fork the ranks, then report each rank's end and reap everything else, until stopped."""
     from grader.sandbox import isolation, rank
 
@@ -179,7 +179,7 @@ def init(request: GroupRequest, fds: list[int], report: int, pid_namespace: bool
             for fd in fds:
                 if fd not in own:
                     os.close(fd)
-            rank.main(rank.setup_from(request, r), rank.RankPipes(*own))  # never returns
+            rank.main(rank.setup_from(request, r, bodies), rank.RankPipes(*own))  # never returns
         ranks[pid] = r
         _send(report, {"rank": r, "pid": pid})
     for fd in fds:
