@@ -67,7 +67,7 @@ def test_zygote_dies_with_its_session() -> None:
     code = (
         "import sys, time\n"
         "from grader.sandbox.launcher import Zygote\n"
-        f"z = Zygote({BODIES!r}); z._wait_ready(); print(z.proc.pid, flush=True); time.sleep(600)\n"
+        f"z = Zygote({BODIES!r}); z.wait_ready(); print(z.proc.pid, flush=True); time.sleep(600)\n"
     )
     session = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert session.stdout is not None

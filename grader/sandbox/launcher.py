@@ -143,7 +143,7 @@ class Zygote:
         theirs.close()
         self._ready = False
 
-    def _wait_ready(self) -> None:
+    def wait_ready(self) -> None:
         if self._ready:
             return
         self._sock.settimeout(ZYGOTE_START_S)
@@ -157,7 +157,7 @@ class Zygote:
 
     def spawn(self, request: GroupRequest, fds: list[int]) -> int:
         """Ask for a group; returns its leader's pid."""
-        self._wait_ready()
+        self.wait_ready()
         socket.send_fds(self._sock, [json.dumps(asdict(request)).encode()], fds)
         answer = self._sock.recv(1024)
         if not answer:
