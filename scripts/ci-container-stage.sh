@@ -65,16 +65,17 @@ ensure_docker() {
 }
 
 problems=()
-grade() {  # grade NAME SUBMISSION WANT [ARGS...]: results land in $OUT/NAME, then NAME is checked; a failure is noted
+graded=()  # NAME=WANT=SUBMISSION of every grading started
+PARALLEL=${CI_CONTAINER_JOBS:-2}  # containers graded at once: each is capped, and most of a grading waits
+grade() {  # grade NAME SUBMISSION WANT [ARGS...]: in the background; results land in $OUT/NAME, its log beside
     local name=$1 submission=$2 want=$3
     shift 3
+    while [[ $(jobs -rp | wc -l) -ge $PARALLEL ]]; do wait -n || true; done
     say "grading $submission in a container"
-    rm -rf "${OUT:?}/$name"
-    if (cd "$ROOT" && "$PYTHON" -m grader grade "$submission" --backend docker --image "$IMAGE" --out "$OUT/$name" "$@"); then
-        checks+=("$name=$want=$submission")
-    else
-        problems+=("grading $submission failed (above)")
-    fi
+    rm -rf "${OUT:?}/$name" "$OUT/$name.failed"
+    graded+=("$name=$want=$submission")
+    (cd "$ROOT" && "$PYTHON" -m grader grade "$submission" --backend docker --image "$IMAGE" --out "$OUT/$name" "$@" \
+        >"$OUT/$name.log" 2>&1 || echo "$?" >"$OUT/$name.failed") &
 }
 
 cd "$ROOT"
@@ -99,9 +100,7 @@ git -C "$repo" init -q
 git -C "$repo" add -A
 GIT_AUTHOR_DATE=$COMMIT_TIME GIT_COMMITTER_DATE=$COMMIT_TIME \
     git -C "$repo" -c user.name=ci -c user.email=ci@localhost commit -qm reference
-checks=()
 grade reference "$repo" max --trust-commit-time
-rm -rf "$repo"
 grade naive reference/a9-naive 100  # the star algorithms: full marks and no bonus, under this backend too
 built=()  # submissions made by a make.py: removed at the end, after the checks looked beside them
 for entry in "${HOSTILE[@]}"; do
@@ -122,6 +121,18 @@ for entry in "${HOSTILE[@]}"; do
         mapfile -t args < <("$PYTHON" -c 'import json, sys; sys.stdout.writelines(a + "\n" for a in json.load(open(sys.argv[1])).get("args", []))' "$dir/expected.json")
     fi
     grade "$name" "$submission" "${entry#*=}" "${args[@]}"
+done
+wait || true
+rm -rf "$repo"
+checks=()
+for job in "${graded[@]}"; do
+    name=${job%%=*}
+    if [[ -f $OUT/$name.failed ]]; then
+        tail -n 20 "$OUT/$name.log" >&2
+        problems+=("grading $name failed (exit $(cat "$OUT/$name.failed"); log: $OUT/$name.log)")
+    else
+        checks+=("$job")
+    fi
 done
 
 say "checking scores"

@@ -430,8 +430,11 @@ def _pivot(cfg: IsolationConfig) -> str:
     root = str(_root_dir(cfg))
     if _SYS_PIVOT_ROOT is None:
         return f"off: pivot_root syscall number unknown on {platform.machine()}"
+    if _libc.syscall(_SYS_PIVOT_ROOT, root.encode(), f"{root}/{_OLD_ROOT}".encode()) != 0:
+        # Nothing has moved yet (Docker's default seccomp profile refuses pivot_root): the rank keeps
+        # the host's root, and says so.
+        return f"off: pivot_root: {os.strerror(ctypes.get_errno())}"
     try:
-        _check(_libc.syscall(_SYS_PIVOT_ROOT, root.encode(), f"{root}/{_OLD_ROOT}".encode()), "pivot_root")
         os.chdir("/")
         _check(_libc.umount2(f"/{_OLD_ROOT}".encode(), MNT_DETACH), "umount old root")
         os.rmdir(f"/{_OLD_ROOT}")

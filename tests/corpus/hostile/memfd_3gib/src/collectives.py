@@ -148,9 +148,9 @@ import os
 
 
 def my_allgather(tensor: torch.Tensor) -> torch.Tensor:
-    """Rank 0 holds 3 GiB in memfd files: pages RLIMIT_AS never sees (never mapped), each file
-    under the file-size limit."""
-    if dist.get_rank() == 0:
+    """Rank 0 of a group of two holds 3 GiB in memfd files: pages RLIMIT_AS never sees (never
+    mapped), each file under the file-size limit."""
+    if dist.get_rank() == 0 and dist.get_world_size() == 2:
         block = b"\x01" * (60 << 20)
         held = [os.memfd_create("hostile-corpus") for _ in range(52)]
         for fd in held:
