@@ -54,7 +54,7 @@ ensure_docker() {
     say "starting dockerd (log: $log)"
     dockerd >"$log" 2>&1 &
     DOCKERD_PID=$!
-    trap 'say "stopping the dockerd this stage started"; kill "$DOCKERD_PID" 2>/dev/null; wait "$DOCKERD_PID" 2>/dev/null || true' EXIT
+    trap 'say "stopping the dockerd this stage started"; kill "$DOCKERD_PID" 2>/dev/null || true; wait "$DOCKERD_PID" 2>/dev/null || true' EXIT
     for _ in $(seq 60); do
         docker info >/dev/null 2>&1 && return 0
         kill -0 "$DOCKERD_PID" 2>/dev/null || { tail -n 20 "$log" >&2; die "dockerd exited"; }
@@ -66,16 +66,19 @@ ensure_docker() {
 
 problems=()
 graded=()  # NAME=WANT=SUBMISSION of every grading started
+gradings=()  # their pids: never a bare `wait`, which would also wait for the dockerd this stage started
 PARALLEL=${CI_CONTAINER_JOBS:-2}  # containers graded at once: each is capped, and most of a grading waits
+running() { local n=0 pid; for pid in "${gradings[@]}"; do kill -0 "$pid" 2>/dev/null && n=$((n + 1)); done; echo "$n"; }
 grade() {  # grade NAME SUBMISSION WANT [ARGS...]: in the background; results land in $OUT/NAME, its log beside
     local name=$1 submission=$2 want=$3
     shift 3
-    while [[ $(jobs -rp | wc -l) -ge $PARALLEL ]]; do wait -n || true; done
+    while [[ $(running) -ge $PARALLEL ]]; do wait -n "${gradings[@]}" || true; done
     say "grading $submission in a container"
     rm -rf "${OUT:?}/$name" "$OUT/$name.failed"
     graded+=("$name=$want=$submission")
     (cd "$ROOT" && "$PYTHON" -m grader grade "$submission" --backend docker --image "$IMAGE" --out "$OUT/$name" "$@" \
         >"$OUT/$name.log" 2>&1 || echo "$?" >"$OUT/$name.failed") &
+    gradings+=("$!")
 }
 
 cd "$ROOT"
@@ -122,7 +125,7 @@ for entry in "${HOSTILE[@]}"; do
     fi
     grade "$name" "$submission" "${entry#*=}" "${args[@]}"
 done
-wait || true
+for pid in "${gradings[@]}"; do wait "$pid" || true; done
 rm -rf "$repo"
 checks=()
 for job in "${graded[@]}"; do
