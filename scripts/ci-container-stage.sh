@@ -72,7 +72,7 @@ running() { local n=0 pid; for pid in "${gradings[@]}"; do kill -0 "$pid" 2>/dev
 grade() {  # grade NAME SUBMISSION WANT [ARGS...]: in the background; results land in $OUT/NAME, its log beside
     local name=$1 submission=$2 want=$3
     shift 3
-    while [[ $(running) -ge $PARALLEL ]]; do wait -n "${gradings[@]}" || true; done
+    while [[ $(running) -ge $PARALLEL ]]; do wait -n "${gradings[@]}" 2>/dev/null || true; done  # a reaped pid is "no such job"
     say "grading $submission in a container"
     rm -rf "${OUT:?}/$name" "$OUT/$name.failed"
     graded+=("$name=$want=$submission")
@@ -125,7 +125,7 @@ for entry in "${HOSTILE[@]}"; do
     fi
     grade "$name" "$submission" "${entry#*=}" "${args[@]}"
 done
-for pid in "${gradings[@]}"; do wait "$pid" || true; done
+for pid in "${gradings[@]}"; do wait "$pid" 2>/dev/null || true; done
 rm -rf "$repo"
 checks=()
 for job in "${graded[@]}"; do
