@@ -88,7 +88,7 @@ def run_matrix(
         if not todo:
             break
         reason = "the grading session was killed" if code < 0 or code > 1 else "the grading session stopped"
-        if remaining <= 0:
+        if time.monotonic() - t0 >= total_timeout_s:  # the session was stopped for it, or a next one has no time
             synthetic += [(name, "not run: the submission used up the total time limit") for name in todo]
             break
         synthetic.append((todo[0], f"{reason} while this case ran (exit status {code}); a rank may have killed it"))
