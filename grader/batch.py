@@ -62,6 +62,7 @@ GRADED, TIMEOUT, GRADER_ERROR, NO_SUBMISSION = "graded", "timeout", "grader_erro
 VERDICT_FLAGS = {
     Verdict.FORBIDDEN.value: "forbidden",
     Verdict.TAMPERING.value: "tampering",
+    Verdict.NOT_PARALLEL.value: "not_parallel",
     Verdict.HANG.value: "hang",
     Verdict.CRASH.value: "crash",
     Verdict.MEMORY.value: "memory",

@@ -1,7 +1,9 @@
 """Checks of the non-code deliverables: the diagram and the written answers.
 
 Nothing here opens a file with a parser that could be exploited: formats are recognised by their
-magic bytes and a few fixed-offset fields, and answers are matched with the rubric's regexes.
+magic bytes and a few fixed-offset fields, and answers are read from a fixed form, field by field.
+No point is ever earned by a pattern found in prose: "not 20", "20 or 10" and "maybe 20" are not
+the number 20.
 """
 
 from __future__ import annotations
@@ -53,29 +55,34 @@ def check_diagram(root: Path, candidates: Sequence[str]) -> tuple[bool, str]:
 @dataclass(frozen=True)
 class QuestionMark:
     id: str
-    points: float
+    points: float  # fields earned plus the explanation's provisional points
     max_points: float
     feedback: str
+    provisional: float = 0.0  # of ``points``: the explanation's, until an instructor reviews it
 
 
 @dataclass(frozen=True)
 class WrittenCheck:
-    """The written answers as found: marked automatically (Markdown), pending (PDF) or missing."""
+    """The written answers as found: read from the answer form, waiting for a person, or missing."""
 
     file: str | None  # the candidate found, relative to the submission root
-    pending: bool  # a PDF: an instructor marks it
+    pending: bool  # no form to read (a PDF, or prose only): an instructor marks it
     message: str
     questions: tuple[QuestionMark, ...]
 
 
 #: A line that opens an answer: "Q1", "## Q1.", "**Question 2**", "> q3:" ...
 _HEADING = re.compile(r"^[\s#>*_-]*(?:q|question)\s*(\d+)\b", re.IGNORECASE | re.MULTILINE)
-_MARKDOWN_MARKS = re.compile(r"[*`_|]")
-
-
-def normalize(text: str) -> str:
-    """What answer regexes see: lowercase, markdown marks (* ` _ |) removed, whitespace collapsed."""
-    return " ".join(_MARKDOWN_MARKS.sub(" ", text.lower()).split())
+#: The answer form: a fenced block whose info string is ``answers``, one ``field: value`` per line.
+_FORM = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*answers[ \t]*\n(.*?)^[ \t]*\1[ \t]*$", re.MULTILINE | re.DOTALL)
+_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+_NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+_SCALAR = re.compile(rf"^{_NUMBER}$")
+#: ``[0, 10, 1]``, ``(6,)``, ``tensor([20.])``, ``torch.Size([6])``: numbers only, nothing else
+_LIST = re.compile(
+    rf"^(?:(?:torch\.)?(?:tensor|Size)\()?[\[(]\s*({_NUMBER}(?:\s*,\s*{_NUMBER})*)?\s*,?\s*[\])]\)?$"
+)
+MIN_EXPLANATION_WORDS = 5  # the template's label ("Why:") is one
 
 
 def answer_sections(text: str) -> dict[str, str]:
@@ -83,35 +90,99 @@ def answer_sections(text: str) -> dict[str, str]:
     headings = list(_HEADING.finditer(text))
     sections: dict[str, str] = {}
     for i, heading in enumerate(headings):
+        start = text.find("\n", heading.end())  # the heading's own line is the question's title
         end = headings[i + 1].start() if i + 1 < len(headings) else len(text)
-        sections.setdefault(f"Q{int(heading.group(1))}", text[heading.end() : end])
+        sections.setdefault(f"Q{int(heading.group(1))}", text[start:end] if 0 <= start < end else "")
     return sections
 
 
+def read_form(section: str) -> tuple[dict[str, str] | None, str]:
+    """(fields of the section's ``answers`` block, or None without one; the prose around it)."""
+    form = _FORM.search(section)
+    prose = _COMMENT.sub(" ", section if form is None else section[: form.start()] + section[form.end() :])
+    if form is None:
+        return None, prose
+    fields: dict[str, str] = {}
+    for line in form.group(2).splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip():
+            fields.setdefault(key.strip().lower(), value.strip())
+    return fields, prose
+
+
+def parse_value(text: str) -> tuple[float, ...] | None:
+    """The numbers a field's value states, or None when it states anything else: a word, a second
+    option, a negation or a hedge makes the field unreadable, so it earns nothing."""
+    text = text.strip().rstrip(".").strip()
+    if _SCALAR.match(text):
+        return (float(text),)
+    listed = _LIST.match(text)
+    if listed is None:
+        return None
+    return tuple(float(x) for x in re.findall(_NUMBER, listed.group(1) or ""))
+
+
+def field_right(answer: str, expected: float | tuple[float, ...]) -> bool:
+    """A number equals a number, or a one-element list of it; a list equals a list element-wise."""
+    got = parse_value(answer)
+    want = expected if isinstance(expected, tuple) else (expected,)
+    return got is not None and len(got) == len(want) and all(abs(g - w) <= 1e-9 for g, w in zip(got, want, strict=True))
+
+
 def check_written(root: Path, candidates: Sequence[str], key: Sequence[WrittenQuestion]) -> WrittenCheck:
-    """Mark the answers against the rubric's key: each ``expect`` entry earns an equal share."""
+    """Mark the answers from their answer form: the fields share what ``explain`` leaves, and an
+    explanation of a few words earns ``explain`` provisionally.  Without any form nothing is read
+    from prose: the file waits for an instructor."""
     path = find_deliverable(root, candidates)
     if path is None:
         return _unmarked(None, False, f"{_either(candidates)} missing", key, "not answered")
     file = str(path.relative_to(root))
     if path.suffix.lower() != ".md":
-        message = (
-            f"{path.name} will be marked by an instructor (only Markdown answers are checked automatically)"
-        )
+        message = f"{path.name} will be marked by an instructor (only Markdown answer forms are read automatically)"
         return _unmarked(file, True, message, key, "pending review")
     sections = answer_sections(path.read_text(encoding="utf-8", errors="replace"))
+    forms = {qid: read_form(text) for qid, text in sections.items()}
+    if not any(fields is not None for fields, _ in forms.values()):
+        message = (
+            f"{path.name} has no answer form (a fenced block opened with ```answers under each question's "
+            "heading, as in the template): an instructor will mark it"
+        )
+        return _unmarked(file, True, message, key, "pending review")
     marks = []
     for question in key:
-        if question.id not in sections:
-            hint = f"no answer found: start it with a heading line such as '## {question.id}'"
-            marks.append(QuestionMark(question.id, 0.0, question.points, hint))
-            continue
-        answer = normalize(sections[question.id])
-        missed = [c.describe for c in question.expect if not any(re.search(rx, answer) for rx in c.any_of)]
-        share = (len(question.expect) - len(missed)) / len(question.expect)
-        feedback = "correct" if not missed else "not found in your answer: " + "; ".join(missed)
-        marks.append(QuestionMark(question.id, round(question.points * share, 2), question.points, feedback))
-    return WrittenCheck(file, False, f"{path.name} checked automatically", tuple(marks))
+        fields, prose = forms.get(question.id, (None, ""))
+        marks.append(_mark(question, fields, prose))
+    return WrittenCheck(file, False, f"{path.name}: answer form read", tuple(marks))
+
+
+def _mark(question: WrittenQuestion, fields: dict[str, str] | None, prose: str) -> QuestionMark:
+    if fields is None:
+        hint = f"no answer form found under a '## {question.id}' heading (see the template)"
+        return QuestionMark(question.id, 0.0, question.points, hint)
+    share = (question.points - question.explain) / len(question.fields)
+    wrong, unreadable, missing = [], [], []
+    for name, expected in question.fields:
+        answer = fields.get(name.lower())
+        if answer is None or not answer:
+            missing.append(name)
+        elif parse_value(answer) is None:
+            unreadable.append(f"{name} ({answer[:40]!r} is not a number or a list of numbers)")
+        elif not field_right(answer, expected):
+            wrong.append(name)
+    right = len(question.fields) - len(wrong) - len(unreadable) - len(missing)
+    notes = [f"{right}/{len(question.fields)} fields right"]
+    notes += [f"wrong: {', '.join(wrong)}"] if wrong else []
+    notes += [f"unreadable: {'; '.join(unreadable)}"] if unreadable else []
+    notes += [f"missing: {', '.join(missing)}"] if missing else []
+    provisional = 0.0
+    if question.explain:
+        if len(prose.split()) >= MIN_EXPLANATION_WORDS:
+            provisional = question.explain
+            notes.append(f"explanation: {question.explain:g} point(s) provisional until an instructor reads it")
+        else:
+            notes.append("explanation: none found (write it under the answers block)")
+    points = round(right * share + provisional, 2)
+    return QuestionMark(question.id, points, question.points, "; ".join(notes), provisional)
 
 
 def _unmarked(

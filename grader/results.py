@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 
 
 class Verdict(str, enum.Enum):
@@ -23,6 +23,7 @@ class Verdict(str, enum.Enum):
 
     PASS = "pass"
     WRONG = "wrong"  # ran to completion, returned the wrong value/shape/dtype
+    NOT_PARALLEL = "not_parallel"  # the method skipped the communication the handout requires of it
     NOT_IMPLEMENTED = "not_implemented"  # the stub still raises NotImplementedError
     FORBIDDEN = "forbidden"  # reached a collective the policy forbids
     TAMPERING = "tampering"  # traffic measured on the wire that the ranks' own records cannot explain

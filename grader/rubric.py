@@ -120,11 +120,36 @@ class CaseWeight:
 
 @dataclass(frozen=True)
 class Component:
-    """A share of an item earned by the cases that match ``match``."""
+    """A share of an item earned by the cases that match ``match``.
+
+    ``share`` 0 makes the component advisory: its cases run and their failures are reported, but
+    earn and cost nothing (robustness the handout does not ask for).  ``requires_passing`` names
+    another component of the item: a case here then counts as passed only where that component's
+    cases with the same parameters passed (see :func:`paired`), so a side property such as "in
+    place" pays nothing for a function whose values are wrong.
+    """
 
     name: str
     match: tuple[str, ...]
     share: float
+    requires_passing: str | None = None
+
+    @property
+    def advisory(self) -> bool:
+        return self.share == 0
+
+
+def case_params(case_id: str) -> str:
+    """The parameters of a case id: ``ws4-src2`` for ``test_broadcast_inplace[ws4-src2]``."""
+    return case_id.partition("[")[2].removesuffix("]")
+
+
+def paired(side: str, value: str) -> bool:
+    """Whether two case ids stand for the same parameters: equal, or one extends the other by more
+    ``-``-separated fields (``ws4-src3`` pairs with ``ws4-src3-float32-4x5``, ``ws4`` with every
+    ``ws4-...``)."""
+    a, b = case_params(side), case_params(value)
+    return a == b or a.startswith(b + "-") or b.startswith(a + "-")
 
 
 @dataclass(frozen=True)
@@ -134,25 +159,11 @@ class Threshold:
 
 
 @dataclass(frozen=True)
-class Fallback:
-    """Cases scored instead when they do better and ``requires_failed`` (an earlier item) lost points.
-
-    It keeps one broken function from being punished twice: Ulysses is re-run with a known-good
-    all-to-all, and used only when the student's own all-to-all already cost Task 1 points.
-    """
-
-    match: tuple[str, ...]
-    feedback: str
-    requires_failed: str | None = None
-
-
-@dataclass(frozen=True)
 class CasesScoring:
     components: tuple[Component, ...]
     mode: str = "proportional"  # | "all_or_nothing" | "thresholds"
     thresholds: tuple[Threshold, ...] = ()
     weights: tuple[CaseWeight, ...] = ()  # the item's own rules first, then the rubric's case_weights
-    fallback: Fallback | None = None
 
     def weight(self, case_id: str) -> float:
         """The first matching rule's weight; 1 when none matches."""
@@ -160,19 +171,32 @@ class CasesScoring:
 
 
 @dataclass(frozen=True)
-class TraceCheck:
-    """One property of one case's trace; the case must pass too.  Exactly one comparison is set."""
+class Condition:
+    """One property of a case's trace.  Exactly one comparison is set."""
 
-    case: str
     metric: str
-    points: float
-    describe: str = ""
     max: float | None = None
     min: float | None = None
     relative_to: str | None = None  # the bound is ``max``/``min`` times this metric of the same trace
     empty: bool | None = None
     contains: str | None = None
     excludes: str | None = None
+
+
+@dataclass(frozen=True)
+class TraceCheck:
+    """Conditions on one case's trace, all of which must hold to earn ``points``.
+
+    ``judge: pass`` (the default) also needs the case to pass.  ``judge: record`` judges how the
+    method communicated whatever its numbers: the case must only have run to the end (a wrong value
+    counts; a crash, hang or forbidden call leaves no record to judge).
+    """
+
+    case: str
+    points: float
+    conditions: tuple[Condition, ...]
+    describe: str = ""
+    judge: str = "pass"
 
 
 @dataclass(frozen=True)
@@ -188,18 +212,18 @@ class DeliverableScoring:
 
 
 @dataclass(frozen=True)
-class AnswerCheck:
-    """One thing a written answer must state; any of the regexes (on normalized text) suffices."""
-
-    describe: str
-    any_of: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class WrittenQuestion:
+    """One question of the answer form: exact fields, and an explanation a person reads.
+
+    ``fields`` (name -> right value: a number or a list of numbers) share ``points - explain``
+    equally and are read from the answer's fenced ``answers`` block, never from prose.  ``explain``
+    points are provisional while an explanation is present, until an instructor reviews it.
+    """
+
     id: str  # "Q1": also the heading the answer file uses
     points: float
-    expect: tuple[AnswerCheck, ...]  # each earns points / len(expect)
+    fields: tuple[tuple[str, float | tuple[float, ...]], ...]
+    explain: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -440,8 +464,9 @@ def _schema_errors(data: Any, positions: _Positions) -> list[_Error]:
                 expected = ", ".join(known)
                 reason = f"{_dotted((*path, key))}: unknown key {key!r} (expected one of: {expected})"
                 errors.append(positions.error((*path, str(key)), reason, key=True))
-        elif err.validator == "anyOf":  # only case patterns use anyOf; its own message names no fix
-            errors.append(positions.error(path, f"{_dotted(path)}: expected a case pattern or a list of them"))
+        elif err.validator == "anyOf":  # its own message names no fix: the schema's description does
+            expected = err.schema.get("description", "one of the forms the schema describes")
+            errors.append(positions.error(path, f"{_dotted(path)}: expected {expected}"))
         else:
             errors.append(positions.error(path, f"{_dotted(path)}: {err.message}"))
     return errors
@@ -601,7 +626,12 @@ class _Builder:
             self.error(path, f"item {item_id}: cases needs either match or components")
         if "components" in raw:
             components = tuple(
-                Component(c["name"], self.patterns(c["match"], (*path, "components", i, "match")), c["share"])
+                Component(
+                    c["name"],
+                    self.patterns(c["match"], (*path, "components", i, "match")),
+                    c["share"],
+                    c.get("requires_passing"),
+                )
                 for i, c in enumerate(raw["components"])
             )
         else:
@@ -609,28 +639,37 @@ class _Builder:
         shares = sum(c.share for c in components)
         if not math.isclose(shares, 1.0, abs_tol=1e-9):
             self.error((*path, "components"), f"item {item_id}: component shares add up to {shares:g}, not 1")
+        by_name = {c.name: c for c in components}
+        for i, component in enumerate(components):
+            gate = by_name.get(component.requires_passing or "")
+            where = (*path, "components", i, "requires_passing")
+            if component.requires_passing is None:
+                continue
+            if gate is None or gate is component:
+                self.error(
+                    where,
+                    f"item {item_id}: requires_passing {component.requires_passing!r} is not another "
+                    "component of this item",
+                )
+                continue
+            gated = [c for c in self.case_ids if matches(component.match, c)]
+            gates = [c for c in self.case_ids if matches(gate.match, c)]
+            alone = next((c for c in gated if not any(paired(c, g) for g in gates)), None)
+            if alone is not None:
+                self.error(where, f"item {item_id}: {alone} has no case of {gate.name!r} with the same parameters")
         mode = raw.get("mode", "proportional")
         if (mode == "thresholds") != ("thresholds" in raw):
             self.error(path, f"item {item_id}: thresholds are given exactly when mode is thresholds")
         thresholds = tuple(Threshold(**t) for t in raw.get("thresholds", []))
-        fallback = None
-        if "fallback" in raw:
-            fb = raw["fallback"]
-            requires = fb.get("requires_failed")
-            if requires is not None and requires not in self.item_ids:
-                self.error(
-                    (*path, "fallback", "requires_failed"),
-                    f"item {item_id}: requires_failed {requires!r} is not an item declared before this one",
-                )
-            fallback = Fallback(self.patterns(fb["match"], (*path, "fallback", "match")), fb["feedback"], requires)
         scoring = CasesScoring(
             components=components,
             mode=mode,
             thresholds=thresholds,
             weights=self.weights(raw.get("weights", []), (*path, "weights")) + self.case_weights,
-            fallback=fallback,
         )
         for i, component in enumerate(components):
+            if component.advisory:
+                continue
             if not any(scoring.weight(c) > 0 for c in self.case_ids if matches(component.match, c)):
                 where = (*path, "components", i) if "components" in raw else path
                 self.error(where, f"item {item_id}: every case it matches has weight 0, so it can never score")
@@ -643,24 +682,41 @@ class _Builder:
             cases = [c for c in self.case_ids if matches((check["case"],), c)]
             if len(cases) != 1:
                 self.error((*where, "case"), f"trace check: {check['case']!r} must name exactly one matrix case")
-            given = [k for k in ("max", "min", "empty", "contains", "excludes") if k in check]
-            numeric = check["metric"] in NUMERIC_METRICS
-            allowed = ("max", "min") if numeric else ("empty", "contains", "excludes")
-            if len(given) != 1 or given[0] not in allowed:
-                # Point at the comparison that does not belong, if there is one.
-                extra = [k for k in given if k not in allowed] + given[1:]
-                self.error(
-                    (*where, extra[0]) if extra else where,
-                    f"trace check on {check['metric']}: give exactly one of {', '.join(allowed)}",
-                    key=bool(extra),
+            if ("metric" in check) == ("all_of" in check):
+                self.error(where, "trace check: give either metric (one condition) or all_of (a list of them)")
+            given = check.get("all_of", [check])
+            paths = [(*where, "all_of", j) for j in range(len(given))] if "all_of" in check else [where]
+            conditions = tuple(self.condition(c, at) for c, at in zip(given, paths, strict=True) if "metric" in c)
+            checks.append(
+                TraceCheck(
+                    case=check["case"],
+                    points=check["points"],
+                    conditions=conditions,
+                    describe=check.get("describe", ""),
+                    judge=check.get("judge", "pass"),
                 )
-            if "relative_to" in check and not numeric:
-                self.error((*where, "relative_to"), "trace check: relative_to only applies to max/min")
-            checks.append(TraceCheck(**check))
+            )
         total = sum(c.points for c in checks)
         if not math.isclose(total, points, abs_tol=1e-9):
             self.error(path, f"item {item_id}: its trace checks' points add up to {total:g}, not {points:g}")
         return TraceScoring(tuple(checks))
+
+    def condition(self, raw: dict[str, Any], where: _KeyPath) -> Condition:
+        comparisons = ("max", "min", "empty", "contains", "excludes", "relative_to")
+        given = [k for k in comparisons[:-1] if k in raw]
+        numeric = raw["metric"] in NUMERIC_METRICS
+        allowed = ("max", "min") if numeric else ("empty", "contains", "excludes")
+        if len(given) != 1 or given[0] not in allowed:
+            # Point at the comparison that does not belong, if there is one.
+            extra = [k for k in given if k not in allowed] + given[1:]
+            self.error(
+                (*where, extra[0]) if extra else where,
+                f"trace check on {raw['metric']}: give exactly one of {', '.join(allowed)}",
+                key=bool(extra),
+            )
+        if "relative_to" in raw and not numeric:
+            self.error((*where, "relative_to"), "trace check: relative_to only applies to max/min")
+        return Condition(raw["metric"], **{k: raw[k] for k in comparisons if k in raw})
 
     def deliverable_exists(self, name: str, path: _KeyPath, item_id: str) -> None:
         if name not in self.deliverables:
@@ -670,15 +726,13 @@ class _Builder:
         self.deliverable_exists(raw["deliverable"], (*path, "deliverable"), item_id)
         questions = []
         for i, q in enumerate(raw["questions"]):
-            checks = []
-            for j, check in enumerate(q["expect"]):
-                for k, regex in enumerate(check["any_of"]):
-                    try:
-                        re.compile(regex)
-                    except re.error as exc:
-                        self.error((*path, "questions", i, "expect", j, "any_of", k), f"bad regex: {exc}")
-                checks.append(AnswerCheck(check["describe"], tuple(check["any_of"])))
-            questions.append(WrittenQuestion(q["id"], q["points"], tuple(checks)))
+            explain = q.get("explain", 0.0)
+            if explain >= q["points"]:
+                self.error((*path, "questions", i, "explain"), f"{q['id']}: explain must leave points for the fields")
+            fields = tuple(
+                (name, tuple(value) if isinstance(value, list) else value) for name, value in q["fields"].items()
+            )
+            questions.append(WrittenQuestion(q["id"], q["points"], fields, explain))
         ids = [q.id for q in questions]
         if len(set(ids)) != len(ids):
             self.error((*path, "questions"), f"item {item_id}: question ids repeat")

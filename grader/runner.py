@@ -92,6 +92,8 @@ def run_matrix(
             synthetic += [(name, "not run: the submission used up the total time limit") for name in todo]
             break
         synthetic.append((todo[0], f"{reason} while this case ran (exit status {code}); a rank may have killed it"))
+        with ledger.open("a") as f:  # the next round's session reads every verdict decided so far here
+            f.write(json.dumps({"case": todo[0], "verdict": Verdict.CRASH.value}) + "\n")
         decided = done + [name for name, _ in synthetic]
     merged = workdir / "junit.xml"
     _merge(rounds, synthetic, everything, merged)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
@@ -38,6 +38,7 @@ from grader.results import (
 from grader.rubric import (
     CasesScoring,
     Component,
+    Condition,
     DeliverableScoring,
     Item,
     LatePolicy,
@@ -47,6 +48,7 @@ from grader.rubric import (
     TraceScoring,
     WrittenScoring,
     matches,
+    paired,
 )
 
 MAX_FAILURES = 5  # CaseOutcomes kept per item
@@ -56,6 +58,7 @@ NOT_RUN = "did not run (the grading run was cut short before this case)"
 #: How a group of failing cases reads: "3/12 cases <phrase>: <first message>".
 _PHRASES = {
     Verdict.WRONG: "give a wrong result",
+    Verdict.NOT_PARALLEL: "skip the communication the handout requires",
     Verdict.NOT_IMPLEMENTED: "are not implemented yet",
     Verdict.FORBIDDEN: "reach a forbidden collective",
     Verdict.TAMPERING: "move data the grader's measurement cannot account for",
@@ -250,7 +253,7 @@ class _Scorer:
         scoring = item.scoring
         if isinstance(scoring, CasesScoring | TraceScoring):
             evaluation = (
-                self.cases_item(item, scoring) if isinstance(scoring, CasesScoring) else self.trace(item, scoring)
+                self.evaluate(item, scoring) if isinstance(scoring, CasesScoring) else self.trace(item, scoring)
             )
             result = ItemResult(
                 item.id,
@@ -294,42 +297,60 @@ class _Scorer:
 
     # -- cases
 
-    def cases_item(self, item: Item, scoring: CasesScoring) -> _Evaluation:
-        own = self.evaluate(item, scoring, scoring.components)
-        fallback = scoring.fallback
-        if fallback is None:
-            return own
-        if fallback.requires_failed:  # the loader made sure it is scored before this item
-            required = self.done[fallback.requires_failed]
-            if required.score >= required.max_score:
-                return own
-        other = self.evaluate(item, scoring, (Component("", fallback.match, 1.0),))
-        if other.fraction <= own.fraction:
-            return own
-        # The known-good run replaces the student's all-to-all, so its cases alone say whether the
-        # item's own code reached a forbidden collective.
-        other.lines.insert(0, fallback.feedback)
-        return other
-
-    def evaluate(self, item: Item, scoring: CasesScoring, components: Sequence[Component]) -> _Evaluation:
+    def evaluate(self, item: Item, scoring: CasesScoring) -> _Evaluation:
         fraction = 0.0
-        for component in components:
+        lines: list[str] = []
+        graded = [c for c in scoring.components if not c.advisory]
+        for component in graded:
             ids = [c for c in self.cases if matches(component.match, c)]
             weights = [scoring.weight(c) for c in ids]
-            passed = sum(w for c, w in zip(ids, weights, strict=True) if self.cases[c].verdict is Verdict.PASS)
+            gate = next((c for c in scoring.components if c.name == component.requires_passing), None)
+            counted = [self.counts(c, gate) for c in ids]
+            passed = sum(w for c, w, ok in zip(ids, weights, counted, strict=True) if ok and self.passed(c))
             fraction += component.share * self._mode(scoring, passed / sum(weights) if sum(weights) else 0.0)
-        patterns = tuple(p for c in components for p in c.match)
-        ids = [c for c in self.cases if matches(patterns, c)]
+            held_back = [
+                c for c, w, ok in zip(ids, weights, counted, strict=True) if w > 0 and not ok and self.passed(c)
+            ]
+            if held_back and gate is not None:
+                lines.append(
+                    f"{component.name}: {len(held_back)} passing case(s) not counted, since {gate.name} fails "
+                    f"for the same parameters, e.g. {self.display(held_back[0])}"
+                )
+        ids = [c for c in self.cases if matches(tuple(p for c in graded for p in c.match), c)]
         scored = [self.cases[c] for c in ids if scoring.weight(c) > 0]
         unscored = [self.cases[c] for c in ids if scoring.weight(c) == 0]
-        lines = self.summary(item, scored)
+        lines[:0] = self.summary(item, scored)
         unscored_failing = [c for c in unscored if c.verdict is not Verdict.PASS]
         if unscored_failing:
             example = self.outcome(unscored_failing[0])
             lines.append(f"{len(unscored_failing)} unscored case(s) fail too, e.g. " + _quote(example))
-        failures = self.most_informative([c for c in scored if c.verdict is not Verdict.PASS] + unscored_failing)
+        advisory_failing: list[Case] = []
+        for component in (c for c in scoring.components if c.advisory):
+            cases = [self.cases[c] for c in self.cases if matches(component.match, c)]
+            failing = [c for c in cases if c.verdict is not Verdict.PASS]
+            advisory_failing += failing
+            if failing:
+                lines.append(
+                    f"{component.name} (advisory, no points): {len(failing)}/{len(cases)} cases fail, e.g. "
+                    + _quote(self.outcome(failing[0]))
+                )
+            ids += [c.id for c in cases]
+        failures = self.most_informative(
+            [c for c in scored if c.verdict is not Verdict.PASS] + unscored_failing + advisory_failing
+        )
         passed_count = sum(c.verdict is Verdict.PASS for c in scored)
         return _Evaluation(fraction, lines, CaseTally(passed_count, len(scored)), failures, ids)
+
+    def passed(self, case_id: str) -> bool:
+        return self.cases[case_id].verdict is Verdict.PASS
+
+    def counts(self, case_id: str, gate: Component | None) -> bool:
+        """Whether a case may count: always, or (gated) where every case of ``gate`` with the same
+        parameters passed, and there is one."""
+        if gate is None:
+            return True
+        same = [c for c in self.cases if matches(gate.match, c) and paired(case_id, c)]
+        return bool(same) and all(self.passed(c) for c in same)
 
     @staticmethod
     def _mode(scoring: CasesScoring, fraction: float) -> float:
@@ -387,39 +408,36 @@ class _Scorer:
             probes[case.id] = case
             ok, detail = self.trace_check(item, check, case)
             earned += check.points if ok else 0.0
-            lines.append(f"{'ok' if ok else 'not met'}: {check.describe or check.metric}: {detail}")
+            what = check.describe or ", ".join(c.metric for c in check.conditions)
+            lines.append(f"{'ok' if ok else 'not met'}: {what}: {detail}")
         failing = [c for c in probes.values() if c.verdict is not Verdict.PASS]
         tally = CaseTally(len(probes) - len(failing), len(probes))
         fraction = earned / sum(c.points for c in scoring.checks)
         return _Evaluation(fraction, lines, tally, [self.outcome(c) for c in failing], list(probes))
 
+    #: verdicts of a case that ran to the end: its communication record can be judged (``judge: record``)
+    RAN_TO_THE_END = frozenset({Verdict.PASS, Verdict.WRONG, Verdict.NOT_PARALLEL})
+
     def trace_check(self, item: Item, check: TraceCheck, case: Case) -> tuple[bool, str]:
-        """Whether the probe passed and its trace meets the check, and what was seen."""
+        """Whether the probe counts (passed, or ran to the end under ``judge: record``) and its trace
+        meets every condition, and what was seen."""
         outcome = self.outcome(case)
         if case.verdict is Verdict.MISSING:
             return False, f"{outcome.id} cannot run: {self.missing_files(item)}"
-        if case.verdict is not Verdict.PASS:
-            return False, f"{outcome.id} did not pass ({case.verdict.value})" + (
-                f": {outcome.message}" if outcome.message else ""
+        accepted = self.RAN_TO_THE_END if check.judge == "record" else {Verdict.PASS}
+        if case.verdict not in accepted:
+            return False, f"{outcome.id} did not {'run to the end' if check.judge == 'record' else 'pass'} " + (
+                f"({case.verdict.value})" + (f": {outcome.message}" if outcome.message else "")
             )
-        trace = case.trace or {}
-        value = trace.get(check.metric)
-        base = trace.get(check.relative_to, None) if check.relative_to else 1
-        if value is None or base is None:
-            return False, f"{outcome.id} recorded no {check.metric} (not your fault: tell your instructor)"
-        if isinstance(value, list):
-            seen = f"{check.metric}: {', '.join(map(str, value)) or 'none'}"
-            if check.empty is not None:
-                return (not value) == check.empty, seen
-            if check.contains is not None:
-                return check.contains in value, seen
-            return check.excludes not in value, seen
-        limit = check.max if check.max is not None else check.min
-        assert limit is not None  # the loader requires exactly one comparison
-        bound = limit * base
-        ok, sign = (value <= bound, "<=") if check.max is not None else (value >= bound, ">=")
-        relative = f" = {limit:g} x {check.relative_to}" if check.relative_to else ""
-        return ok, f"{check.metric} = {value:g} (needs {sign} {bound:g}{relative})"
+        seen = []
+        for condition in check.conditions:
+            ok, detail = _condition(case.trace or {}, condition)
+            if ok is None:
+                return False, f"{outcome.id} recorded no {condition.metric} (not your fault: tell your instructor)"
+            seen.append(detail)
+            if not ok:
+                return False, "; ".join(seen)
+        return True, "; ".join(seen)
 
     # -- deliverables, written answers and instructor items
 
@@ -446,7 +464,8 @@ class _Scorer:
                 result.status = ItemStatus.FAILED
             elif not written.pending:
                 result.score = round(sum(q.points for q in written.questions), 2)
-                result.status, result.manual = ItemStatus.AUTO_CHECKED, False
+                if not any(q.provisional for q in written.questions):  # else explanations wait for review
+                    result.status, result.manual = ItemStatus.AUTO_CHECKED, False
         else:
             lines.append(f"to be scored by an instructor{': ' + scoring.instructions if scoring.instructions else ''}")
         if item.id in self.manual:
@@ -454,3 +473,24 @@ class _Scorer:
             lines.insert(0, f"scored by an instructor: {result.score:g}/{item.points:g}")
         result.feedback = "\n".join(lines)
         return result
+
+
+def _condition(trace: dict[str, Any], condition: Condition) -> tuple[bool | None, str]:
+    """Whether a trace meets one condition (None: the metric was not recorded), and what was seen."""
+    value = trace.get(condition.metric)
+    base = trace.get(condition.relative_to) if condition.relative_to else 1
+    if value is None or base is None:
+        return None, ""
+    if isinstance(value, list):
+        seen = f"{condition.metric}: {', '.join(map(str, value)) or 'none'}"
+        if condition.empty is not None:
+            return (not value) == condition.empty, seen
+        if condition.contains is not None:
+            return condition.contains in value, seen
+        return condition.excludes not in value, seen
+    limit = condition.max if condition.max is not None else condition.min
+    assert limit is not None  # the loader requires exactly one comparison
+    bound = limit * base
+    ok, sign = (value <= bound, "<=") if condition.max is not None else (value >= bound, ">=")
+    relative = f" = {limit:g} x {condition.relative_to}" if condition.relative_to else ""
+    return ok, f"{condition.metric} = {value:g} (needs {sign} {bound:g}{relative})"

@@ -1,4 +1,4 @@
-"""Deliverables: a diagram is recognised by its bytes, written answers are marked against the rubric's key."""
+"""Deliverables: a diagram is recognised by its bytes; written answers are read from their form, never from prose."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.deliverables import answer_sections, check_diagram, check_written, normalize
+from grader.deliverables import answer_sections, check_diagram, check_written
 from grader.rubric import WrittenScoring, load_rubric
 
 FIXTURES = Path(__file__).parent / "fixtures" / "scoring"
@@ -68,64 +68,106 @@ def test_first_candidate_present_is_the_one_checked(tmp_path):
 
 # --------------------------------------------------------------------------- written answers
 
-
-def test_model_answer_earns_every_point(tmp_path, key):
-    (tmp_path / "written_answers_task1.md").write_bytes((FIXTURES / "written_answers_task1.md").read_bytes())
-    result = check_written(tmp_path, WRITTEN, key)
-    assert (result.file, result.pending) == ("written_answers_task1.md", False)
-    assert [(q.id, q.points, q.max_points, q.feedback) for q in result.questions] == [
-        ("Q1", 5, 5, "correct"),
-        ("Q2", 5, 5, "correct"),
-        ("Q3", 5, 5, "correct"),
-    ]
+REFERENCE = Path(__file__).parent.parent / "reference" / "a9" / "written_answers_task1.md"
+TEMPLATE = Path(__file__).parent.parent / "student_template" / "written_answers_task1.md"
+WHY = "Broadcast writes into x in place, so y is x and both print the source's value."
 
 
-def test_answers_in_prose_with_other_headings_are_recognised(tmp_path, key):
-    (tmp_path / "written_answers_task1.md").write_text(
-        "**Question 1**\nAll ranks print x = 20.0 and y = 20.0: the broadcast is in-place.\n\n"
-        "**Question 2**\nroot: 3, then 6, then 10. Finally 10.0 is printed on all ranks.\n\n"
-        "**Question 3**\nshape (6,) everywhere; y = 0, 10, 1, 11, 2, 12 on each rank.\n"
-    )
-    assert [q.points for q in check_written(tmp_path, WRITTEN, key).questions] == [5, 5, 5]
-
-
-def test_ranks_listed_between_every_rank_and_the_value_still_count(tmp_path, key):
-    (tmp_path / "written_answers_task1.md").write_text(
-        "## Q2\nAfter each receive: 3, 6, 10. Every rank (0, 1, 2 and 3) prints 10.0 after the broadcast.\n"
-    )
-    assert check_written(tmp_path, WRITTEN, key).questions[1].points == 5
-
-
-def test_wrong_answers_lose_the_points_they_miss_and_say_which(tmp_path, key):
-    (tmp_path / "written_answers_task1.md").write_text(
-        "Q1\n| rank | x | y |\n| 0 | 10.0 | 20.0 |\n| 1 | 20.0 | 20.0 |\n| 2 | 30.0 | 20.0 |\n| 3 | 40.0 | 20.0 |\n"
-        "Only y changes: broadcast returns a new tensor.\n"
-        "Q2\nAfter each receive: 2, 3, 4. Every rank prints 10.\n"
-        "Q3\nshape [6]; content [0, 1, 2, 10, 11, 12]\n"
-    )
-    q1, q2, q3 = check_written(tmp_path, WRITTEN, key).questions
-    assert (q1.points, q2.points, q3.points) == (0, 2.5, 2.5)
-    assert q1.feedback == (
-        "not found in your answer: x and y print 20.0 on every rank; "
-        "why: broadcast works in place, so x itself is overwritten with rank 1's value"
-    )
-    assert q2.feedback == "not found in your answer: the accumulator is 3, then 6, then 10"
-    assert q3.feedback == "not found in your answer: y is [0, 10, 1, 11, 2, 12] on every rank"
-
-
-def test_an_answer_without_its_heading_scores_nothing_and_says_how_to_fix_it(tmp_path, key):
-    (tmp_path / "written_answers_task1.md").write_text("Q1\nx = y = 20.0 on every rank, in place.\n")
-    marks = check_written(tmp_path, WRITTEN, key).questions
-    assert marks[1].points == 0
-    assert marks[1].feedback == "no answer found: start it with a heading line such as '## Q2'"
-
-
-@pytest.mark.parametrize("text", ["", "my answers are in my head\n"])
-def test_answers_without_any_heading_score_nothing_and_say_how_to_fix_it(tmp_path, key, text):
+def answers(tmp_path: Path, text: str) -> Path:
     (tmp_path / "written_answers_task1.md").write_text(text)
-    marks = check_written(tmp_path, WRITTEN, key).questions
-    assert [m.points for m in marks] == [0] * len(key)
-    assert marks[0].feedback == "no answer found: start it with a heading line such as '## Q1'"
+    return tmp_path
+
+
+def form(qid: str, fields: str, explanation: str = WHY) -> str:
+    return f"## {qid}\n\n```answers\n{fields}\n```\n\n{explanation}\n"
+
+
+Q1_RIGHT = "\n".join(f"rank{r}.{v}: 20.0" for r in range(4) for v in "xy")
+
+
+def test_the_reference_answers_earn_every_point_with_the_explanations_provisional(tmp_path, key):
+    result = check_written(answers(tmp_path, REFERENCE.read_text()), WRITTEN, key)
+    assert (result.file, result.pending) == ("written_answers_task1.md", False)
+    assert [(q.id, q.points, q.provisional) for q in result.questions] == [("Q1", 5, 1), ("Q2", 5, 1), ("Q3", 5, 1)]
+    assert result.questions[0].feedback == (
+        "8/8 fields right; explanation: 1 point(s) provisional until an instructor reads it"
+    )
+
+
+def test_the_untouched_template_earns_nothing(tmp_path, key):
+    result = check_written(answers(tmp_path, TEMPLATE.read_text()), WRITTEN, key)
+    assert [q.points for q in result.questions] == [0, 0, 0]
+    assert result.questions[2].feedback == (
+        "0/4 fields right; missing: shape, rank0, rank1, rank2; "
+        "explanation: none found (write it under the answers block)"
+    )
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["20.0", "20", "20.", "2e1", "[20.0]", "tensor([20.])", "20.0."],  # the number, however it is printed
+)
+def test_a_field_is_the_number_it_states(tmp_path, key, value):
+    fields = Q1_RIGHT.replace("rank2.y: 20.0", f"rank2.y: {value}")
+    assert check_written(answers(tmp_path, form("Q1", fields)), WRITTEN, key).questions[0].points == 5
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["not 20", "20 or 10", "maybe 20", "~20", "20?", "20 (I think)", "it is not true that it prints 20", "twenty"],
+)
+def test_a_negated_or_hedged_field_is_unreadable_and_earns_nothing(tmp_path, key, value):
+    fields = Q1_RIGHT.replace("rank2.y: 20.0", f"rank2.y: {value}")
+    q1 = check_written(answers(tmp_path, form("Q1", fields)), WRITTEN, key).questions[0]
+    assert q1.points == 4.5  # 7 of 8 fields (0.5 each) and the explanation
+    assert f"unreadable: rank2.y ({value!r} is not a number or a list of numbers)" in q1.feedback
+
+
+def test_wrong_fields_are_named_but_their_right_values_are_not_given_away(tmp_path, key):
+    text = form("Q2", "after_rank1: 3\nafter_rank2: 5\nafter_rank3: 9\nrank0: 10\nrank1: 10\nrank2: 10\nrank3: 10")
+    q2 = check_written(answers(tmp_path, text), WRITTEN, key).questions[1]
+    assert q2.points == round(5 * 4 / 7 + 1, 2)
+    assert "wrong: after_rank2, after_rank3" in q2.feedback
+    assert "6" not in q2.feedback
+
+
+@pytest.mark.parametrize(
+    ("shape", "content", "points"),
+    [
+        ("[6]", "[0, 10, 1, 11, 2, 12]", 5),
+        ("(6,)", "(0., 10., 1., 11., 2., 12.)", 5),
+        ("torch.Size([6])", "tensor([0., 10., 1., 11., 2., 12.])", 5),
+        ("6", "[0, 10, 1, 11, 2, 12]", 5),  # a one-element list may be written as its number
+        ("[6]", "[0, 1, 2, 10, 11, 12]", 2),  # rank order matters: shape and explanation only
+        ("[3, 2]", "[[0, 10], [1, 11], [2, 12]]", 1),  # nested lists are not the 1-D array asked for
+    ],
+)
+def test_list_fields_are_compared_element_by_element(tmp_path, key, shape, content, points):
+    fields = f"shape: {shape}\n" + "\n".join(f"rank{r}: {content}" for r in range(3))
+    assert check_written(answers(tmp_path, form("Q3", fields)), WRITTEN, key).questions[2].points == points
+
+
+def test_prose_alone_earns_nothing_however_right_it_is_and_waits_for_an_instructor(tmp_path, key):
+    result = check_written(
+        answers(tmp_path, "## Q1\nAll ranks print x = 20.0 and y = 20.0, in place.\n## Q2\n3, 6, 10; all print 10.\n"),
+        WRITTEN,
+        key,
+    )
+    assert result.pending
+    assert "has no answer form" in result.message
+    assert [q.points for q in result.questions] == [0, 0, 0]
+
+
+def test_an_explanation_needs_a_few_words_and_comments_do_not_count(tmp_path, key):
+    for explanation, provisional in [("Why: in place.", 0), ("<!-- a long comment of many words -->", 0), (WHY, 1)]:
+        q1 = check_written(answers(tmp_path, form("Q1", Q1_RIGHT, explanation)), WRITTEN, key).questions[0]
+        assert (q1.points, q1.provisional) == (4 + provisional, provisional), explanation
+
+
+def test_a_question_without_its_form_scores_nothing_and_says_how_to_fix_it(tmp_path, key):
+    marks = check_written(answers(tmp_path, form("Q1", Q1_RIGHT)), WRITTEN, key).questions
+    assert marks[1].points == 0
+    assert marks[1].feedback == "no answer form found under a '## Q2' heading (see the template)"
 
 
 def test_pdf_answers_wait_for_an_instructor(tmp_path, key):
@@ -142,7 +184,6 @@ def test_missing_answers(tmp_path, key):
     assert result.message == "written_answers_task1.md or written_answers_task1.pdf missing"
 
 
-def test_sections_run_from_heading_to_heading_and_text_is_normalized():
-    sections = answer_sections("intro\n## Q1\none *two*\n### q2:\n`three`\nQ1 again\n")
-    assert sections == {"Q1": "\none *two*\n", "Q2": ":\n`three`\n"}
-    assert normalize("| A | `B` |\n\n**C_d**") == "a b c d"
+def test_a_section_runs_from_the_line_after_its_heading_to_the_next_heading():
+    sections = answer_sections("intro\n## Q1. Broadcast values\none *two*\n### q2: title\n`three`\nQ1 again\n")
+    assert sections == {"Q1": "\none *two*\n", "Q2": "\n`three`\n"}

@@ -145,17 +145,92 @@ def test_wrong_values_are_reported_with_rank_index_and_values(tmp_path: Path) ->
 
 def test_a_syntax_error_in_collectives_still_lets_task2_run(tmp_path: Path) -> None:
     broken = ("def my_broadcast(", "def my_broadcast(:")
-    only = [
-        "test_broadcast[ws2-src0-float32-4x5]",
-        "test_ulysses_trusted_a2a[ws2-d32h4s8b1]",
-        "test_ulysses[ws2-d32h4s8b1]",
-    ]
+    only = ["test_broadcast[ws2-src0-float32-4x5]", "test_ulysses[ws2-d32h4f64s8b1]"]
     results = verdicts(tmp_path, sandbox_of(tmp_path, ROOT / "reference/a9", {"src/collectives.py": broken}), only)
     assert results[only[0]][0] == "import_error"
     assert re.search(r"SyntaxError in collectives\.py line \d+", results[only[0]][1])
-    assert results[only[1]][0] == "pass"  # Ulysses judged with a known-good all-to-all
-    assert results[only[2]][0] == "crash"  # its own my_all_to_all is the placeholder, which says why
-    assert "collectives.py could not be imported" in results[only[2]][1]
+    assert results[only[1]][0] == "pass"  # Ulysses judged with the grader's known-good all-to-all
+
+
+RING_END = "    if not data.is_contiguous():  # `flat` was a copy\n        data.copy_(flat.view(data.shape))\n"
+WRONG_ALLREDUCE = (RING_END + "    return tensor\n", RING_END + "    return tensor.mul_(2)\n")
+
+
+def test_a_task1_defect_is_charged_once_task2_runs_with_the_graders_known_good_function(tmp_path: Path) -> None:
+    only = [
+        "test_allreduce[ws2-float32-4x5]",
+        "test_tensor_parallel[ws2-d32h4f64s8b1]",
+        "test_trace_tensor_parallel[ws4]",
+    ]
+    box = sandbox_of(tmp_path, ROOT / "reference/a9", {"src/collectives.py": WRONG_ALLREDUCE})
+    run = run_matrix(box, FILES, tmp_path / "work", {}, ALLOWED, salt="test", isolation=isolated(box), only=only)
+    cases = read_junit(run.junit)
+    assert cases[only[0]].verdict.value == "wrong"
+    assert cases[only[1]].verdict.value == "pass"
+    probe = cases[only[2]]
+    assert probe.verdict.value == "pass"
+    # design reads the run with the stand-in as the student's own: it communicated through my_allreduce
+    assert probe.trace is not None and probe.trace["student_functions"] == ["my_allreduce"]
+
+
+def test_without_a_task1_defect_task2_runs_with_the_students_own_functions(tmp_path: Path) -> None:
+    # the same forward, with the student's allreduce doubling: Task 1 never saw it fail (no allreduce case ran)
+    only = ["test_tensor_parallel[ws2-d32h4f64s8b1]"]
+    box = sandbox_of(tmp_path, ROOT / "reference/a9", {"src/collectives.py": WRONG_ALLREDUCE})
+    verdict, message = verdicts(tmp_path, box, only)[only[0]]
+    assert verdict == "wrong", message
+
+
+def test_a_wait_inside_the_graders_function_is_never_reported_as_the_students_line(tmp_path: Path) -> None:
+    # rank 0 sums once more than its peers: it waits inside the stand-in, called from the student's line
+    extra_sum = (
+        "        return x + self.dropout(my_allreduce(ffn_partial) + self.fc2.bias)\n",
+        "        if dist.get_rank() == 0:\n            my_allreduce(ffn_partial.clone())\n"
+        "        return x + self.dropout(my_allreduce(ffn_partial) + self.fc2.bias)\n",
+    )
+    only = ["test_allreduce[ws2-float32-4x5]", "test_tensor_parallel[ws2-d32h4f64s8b1]"]
+    box = sandbox_of(
+        tmp_path, ROOT / "reference/a9", {"src/collectives.py": WRONG_ALLREDUCE, "src/transformer.py": extra_sum}
+    )
+    verdict, message = verdicts(tmp_path, box, only)[only[1]]
+    assert verdict == "hang"
+    assert re.search(
+        r"rank 0 waits in wait\(\) on i(send|recv)\((dst|src)=1\) in the grader's known-good my_allreduce, "
+        r"called at transformer\.py:\d+ in forward_tensor_parallel",
+        message,
+    ), message
+
+
+SERIAL_TP = (
+    "        h = self.ln1(x)\n        shards = (self.q_proj_shard",
+    "        return my_allreduce(self.forward(x)) / dist.get_world_size()\n"
+    "        h = self.ln1(x)\n        shards = (self.q_proj_shard",
+)
+GATHERED_ULYSSES = (
+    "        h = self.ln1(x_shard)\n        qkv",
+    "        full = my_allgather(x_shard.transpose(0, 1).contiguous()).transpose(0, 1)\n"
+    "        return self.forward(full).chunk(dist.get_world_size(), dim=1)[dist.get_rank()]\n"
+    "        h = self.ln1(x_shard)\n        qkv",
+)
+
+
+def test_parallel_methods_that_skip_the_parallel_work_earn_nothing(tmp_path: Path) -> None:
+    only = ["test_tensor_parallel[ws2-d32h4f64s8b1]", "test_ulysses[ws2-d32h4f64s8b1]"]
+    box = sandbox_of(tmp_path, ROOT / "reference/a9", {"src/transformer.py": SERIAL_TP})
+    box_text = (box / "src/transformer.py").read_text()
+    (box / "src/transformer.py").write_text(
+        box_text.replace("from .collectives import my_all_to_all, my_allreduce", "from .collectives import *").replace(
+            *GATHERED_ULYSSES
+        )
+    )
+    results = verdicts(tmp_path, box, only)
+    tp_verdict, tp_message = results[only[0]]
+    assert tp_verdict == "wrong"  # the serial forward read the full weights, which were NaN by then
+    assert "NaN: the forward read a full weight" in tp_message
+    assert results[only[1]] == (
+        "not_parallel",
+        "right values, but not every rank exchanged data through my_all_to_all, which the handout requires here",
+    )
 
 
 @pytest.mark.slow
@@ -189,10 +264,10 @@ def test_an_import_that_never_finishes_costs_one_timeout_and_task2_still_runs(tm
     only = [
         "test_broadcast[ws2-src0-float32-4x5]",
         "test_allreduce[ws2-float32-4x5]",
-        "test_ulysses_trusted_a2a[ws2-d32h4s8b1]",
+        "test_ulysses[ws2-d32h4f64s8b1]",
     ]
     results = verdicts(tmp_path, sandbox_of(tmp_path, ROOT / "reference/a9", {"src/collectives.py": loops}), only)
     assert results[only[0]][0] == "hang"
     assert "never finished importing src.collectives at collectives.py:" in results[only[0]][1]
     assert results[only[1]] == ("hang", "the import never finished: " + results[only[0]][1])  # not rerun
-    assert results[only[2]][0] == "pass"  # transformer.py graded with a placeholder collectives module
+    assert results[only[2]][0] == "pass"  # transformer.py graded with the grader's own collectives

@@ -16,6 +16,7 @@ from grader.errors import UserError
 from grader.policy import FunctionPolicy
 from grader.rubric import (
     CasesScoring,
+    Condition,
     DeliverableScoring,
     Limits,
     TraceScoring,
@@ -86,24 +87,30 @@ def test_a9_scoring_kinds_and_targets():
     broadcast = rubric.item("task1.broadcast")
     assert broadcast.functions == ("src/collectives.py::my_broadcast",)
     assert isinstance(broadcast.scoring, CasesScoring)
-    assert [(c.match, c.share) for c in broadcast.scoring.components] == [
-        (("test_broadcast[*",), 0.8),
-        (("test_broadcast_inplace[*",), 0.2),
+    assert [(c.match, c.share, c.requires_passing) for c in broadcast.scoring.components] == [
+        (("test_broadcast[*",), 0.8, None),
+        (("test_broadcast_inplace[*",), 0.2, "values"),
+        (("test_broadcast_noncontig[*",), 0, None),
     ]
+    assert [c.advisory for c in broadcast.scoring.components] == [False, False, True]
     assert broadcast.scoring.weight("test_broadcast[ws1-src0-float32-4x5]") == 0
     assert broadcast.scoring.weight("test_broadcast[ws4-src2-float32-4x5]") == 1
     assert isinstance(rubric.item("task1.diagram").scoring, DeliverableScoring)
     written = rubric.item("task1.written").scoring
     assert isinstance(written, WrittenScoring)
-    assert [(q.id, q.points) for q in written.questions] == [("Q1", 5), ("Q2", 5), ("Q3", 5)]
-    ulysses = rubric.item("task2.ulysses").scoring
-    assert isinstance(ulysses, CasesScoring) and ulysses.fallback is not None
-    assert ulysses.fallback.requires_failed == "task1.all_to_all"
+    assert [(q.id, q.points, q.explain) for q in written.questions] == [("Q1", 5, 1), ("Q2", 5, 1), ("Q3", 5, 1)]
+    assert dict(written.questions[2].fields)["rank1"] == (0, 10, 1, 11, 2, 12)
     design = rubric.item("task2.design").scoring
     assert isinstance(design, TraceScoring) and sum(c.points for c in design.checks) == 10
+    assert {c.judge for c in design.checks} == {"record"}
+    assert design.checks[0].conditions == (
+        Condition("max_sends_per_rank", min=1),
+        Condition("collectives", empty=True),
+    )
     bandwidth = rubric.item("bonus.bandwidth_allreduce").scoring
-    assert isinstance(bandwidth, TraceScoring)
-    assert (bandwidth.checks[0].max, bandwidth.checks[0].relative_to) == (2.0, "tensor_bytes")
+    assert isinstance(bandwidth, TraceScoring) and bandwidth.checks[0].judge == "pass"
+    condition = bandwidth.checks[0].conditions[0]
+    assert (condition.max, condition.relative_to) == (2.0, "tensor_bytes")
 
 
 def test_a9_policy_limits_late_and_digest():
@@ -257,16 +264,47 @@ MALFORMED = [
         "'allreduce_all' is not a torch.distributed collective",
     ),
     (
-        ("requires_failed: task1.all_to_all", "requires_failed: task2.design"),
-        "requires_failed",
-        "'task2.design' is not an item declared before this one",
+        (
+            'share: 0.2, requires_passing: values}\n            - {name: robustness, match: "test_allreduce_',
+            'share: 0.2, requires_passing: valeus}\n            - {name: robustness, match: "test_allreduce_',
+        ),
+        "valeus",
+        "requires_passing 'valeus' is not another component of this item",
+    ),
+    (
+        (
+            '- {name: in place, match: "test_broadcast_inplace[*", share: 0.2, requires_passing: values}',
+            '- {name: in place, match: "test_broadcast_inplace[*", share: 0.2, requires_passing: robustness}',
+        ),
+        "requires_passing: robustness",
+        "test_broadcast_inplace[ws1-src0] has no case of 'robustness' with the same parameters",
     ),
     (("deliverable: diagram", "deliverable: drawing"), "deliverable: drawing", "'drawing' is not declared"),
-    (("share: 0.6}", "share: 0.5}"), "output matches forward", "component shares add up to 0.9, not 1"),
     (
-        ("metric: collectives\n            excludes: all_gather", "metric: collectives\n            max: 1"),
+        ('match: "test_tensor_parallel[*", share: 0.8}', 'match: "test_tensor_parallel[*", share: 0.7}'),
+        "output matches forward",
+        "component shares add up to 0.9, not 1",
+    ),
+    (
+        (
+            '{metric: collectives, empty: true}\n          - case: "test_trace_ulysses',
+            '{metric: collectives, max: 1}\n          - case: "test_trace_ulysses',
+        ),
         "max: 1",
         "trace check on collectives: give exactly one of empty, contains, excludes",
+    ),
+    (
+        ("judge: record\n            points: 5", "judge: recorded\n            points: 5"),
+        "judge: recorded",
+        "'recorded' is not one of ['pass', 'record']",
+    ),
+    (
+        (
+            "metric: max_bytes_sent_per_rank",
+            "all_of: [{metric: tensor_bytes, min: 1}]\n          metric: max_bytes_sent_per_rank",
+        ),
+        'case: "test_trace_allreduce',
+        "give either metric (one condition) or all_of (a list of them)",
     ),
     (
         ('case: "test_trace_broadcast[ws8]"', 'case: "test_trace_*[ws8]"'),
@@ -283,7 +321,15 @@ MALFORMED = [
         "test_reduce_scatter[ws1-*",
         "every case it matches has weight 0, so it can never score",
     ),
-    (("'in[- ]?place'", "'in[- place'"), "in[- place", "bad regex"),
+    (
+        (
+            "explain: 1\n              fields:\n                shape",
+            "explain: 5\n              fields:\n                shape",
+        ),
+        "explain: 5",
+        "Q3: explain must leave points for the fields",
+    ),
+    (("rank2: [0, 10, 1, 11, 2, 12]", "rank2: [0, ten]"), "rank2: [0, ten]", "fields.rank2: expected a number or a list of numbers"),
     (
         ("  - src/transformer.py\n", "  - src/transformer.py\n  - src/transformer.py\n"),
         "- src/collectives.py",

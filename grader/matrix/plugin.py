@@ -63,11 +63,29 @@ class MatrixSession:
         self.import_failures: dict[str, tuple[Verdict, str]] = {}
         self.start_failures: dict[int, str] = {}  # world size -> why its group could not start
         self.layers: dict[str, str] = dict(config.layers)
+        self.failed_functions = self._failed_in_earlier_rounds()
+
+    def _failed_in_earlier_rounds(self) -> set[str]:
+        """Task 1 functions with a failing case among those an earlier round decided (the ledger)."""
+        from grader.packs.a9.catalog import FUNCTION_OF, all_cases
+
+        kinds = {case.name: case.kind for case in all_cases()}
+        failed = set()
+        for line in Path(self.config.ledger).read_text().splitlines():
+            try:
+                entry = json.loads(line)
+                kind, verdict = kinds.get(entry["case"]), entry["verdict"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            if kind in FUNCTION_OF and verdict != Verdict.PASS.value:
+                failed.add(FUNCTION_OF[kind])
+        return failed
 
     def check(self, case: Any, record: Callable[[str, object], None]) -> None:
         from grader.matrix import verdicts
         from grader.packs.a9 import expected
         from grader.packs.a9.bodies import MODULE_OF
+        from grader.packs.a9.catalog import FUNCTION_OF
         from grader.sandbox.launcher import GroupStartError
 
         module = MODULE_OF[case.kind]
@@ -83,6 +101,8 @@ class MatrixSession:
                 allowed = frozenset(self.config.allowed.get(str(case.task), []))
                 decision = verdicts.decide(case, prepared, run, allowed)
                 self._remember_import_failure(module, decision, run)
+        if case.kind in FUNCTION_OF and decision.verdict is not Verdict.PASS:
+            self.failed_functions.add(FUNCTION_OF[case.kind])
         record("verdict", decision.verdict.value)
         record("message", decision.message)
         if decision.trace:
@@ -122,14 +142,27 @@ class MatrixSession:
             group.start()
             self.groups[case.world_size] = group
             self.layers.update(group.layers)
+        params = case.params
+        trusted = self._trusted() if case.task == 2 else []
+        if trusted:  # a Task 1 defect is charged once, in Task 1
+            params = {**params, "trusted": trusted}
         header = {
             "kind": case.kind,
-            "params": case.params,
+            "params": params,
             "allowed": self.config.allowed.get(str(case.task), []),
             "keep_events": bool(case.params.get("keep_events")),
             "broken": {module: message for module, (_, message) in self.import_failures.items()},
         }
         return group.run_case(header, prepared.inputs, self.limits.case_timeout_s)
+
+    def _trusted(self) -> list[str]:
+        """Task 1 functions that failed a case, or whose module is missing or did not import."""
+        from grader.packs.a9.bodies import MODULE_OF
+        from grader.packs.a9.catalog import FUNCTION_OF
+
+        broken = {module for module in set(MODULE_OF.values()) if self._precheck(module) is not None}
+        failed = self.failed_functions | {fn for kind, fn in FUNCTION_OF.items() if MODULE_OF[kind] in broken}
+        return sorted(failed)
 
     def _isolation(self) -> dict[str, Any] | None:
         """IsolationConfig fields every rank shares (its scratch and uid are the group's business)."""

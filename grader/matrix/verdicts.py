@@ -81,7 +81,17 @@ def decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str]
     for rep, expected in zip(run.ranks, prepared.expected, strict=True):
         problem = compare(rep.tensors, expected, prepared.tolerance)
         if problem:
+            hint = case.params.get("nan_hint")
+            if hint and any(t.is_floating_point() and bool(t.isnan().any()) for t in rep.tensors.values()):
+                problem += f" ({hint})"
             return Decision(Verdict.WRONG, f"rank {rep.rank}: {problem}", trace, _details(run))
+    required = case.params.get("must_use")
+    if required and case.world_size > 1 and not all(required in rep.claims.student_functions for rep in run.ranks):
+        return Decision(
+            Verdict.NOT_PARALLEL,
+            f"right values, but not every rank exchanged data through {required}, which the handout requires here",
+            trace,
+        )
     if case.task == 1 and case.world_size > 1 and not _communicated(run):
         if _measured(run.traffic):
             return Decision(

@@ -79,6 +79,24 @@ class Trace:
         }
 
 
+@dataclass
+class _Context:
+    """The student's place on the stack when a rank communicates."""
+
+    function: str | None = None  # the innermost student function
+    where: str = ""  # "file:line" of its frame
+    collective: str | None = None  # the innermost my_* collective, the student's or a stand-in's
+    stand_in: str = ""  # set when that collective is the grader's known-good one
+
+    def describe(self) -> str:
+        """" at collectives.py:17 in my_allreduce", or where the grader's stand-in was called from: a
+        wait inside grader code is never reported as the student's own line."""
+        called = (f" at {self.where}" if self.where else "") + (f" in {self.function}" if self.function else "")
+        if self.stand_in:
+            return f" in the grader's known-good {self.stand_in}" + (f", called{called}" if called else "")
+        return called
+
+
 class Guard:
     """The installed guard of one rank process.  ``begin_case`` resets the trace and policy."""
 
@@ -91,6 +109,8 @@ class Guard:
         self.keep_events = False
         self.pending: dict[int, str] = {}  # id(work) -> what waiting on it means
         self._local = threading.local()  # per thread: depth inside traced ops, so nested calls count once
+        #: code object of a grader function standing in for a student's Task 1 function -> its name
+        self.stand_ins: dict[Any, str] = {}
 
     def begin_case(self, allowed: frozenset[str], keep_events: bool, t0: float) -> None:
         """Reset for a new case; ``t0`` is the runner's monotonic clock at case start."""
@@ -112,25 +132,26 @@ class Guard:
             self._local.depth -= 1
 
     # --- student context -------------------------------------------------------------------
-    def _student_frames(self) -> tuple[str | None, str | None, str]:
-        """(innermost student function, innermost my_* collective, "file:line") from the stack."""
+    def _context(self) -> _Context:
+        """Where the student's code is on this thread's stack (see :class:`_Context`)."""
         frame = sys._getframe(2)
-        function = collective = None
-        where = ""
+        context = _Context()
         while frame is not None:
             code = frame.f_code
             if code.co_filename.startswith(self.sandbox):
-                if function is None:
-                    function = code.co_name
-                    where = f"{code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}"
-                if collective is None and code.co_name in STUDENT_COLLECTIVES:
-                    collective = code.co_name
+                if context.function is None:
+                    context.function = code.co_name
+                    context.where = f"{code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}"
+                if context.collective is None and code.co_name in STUDENT_COLLECTIVES:
+                    context.collective = code.co_name
+            elif context.collective is None and code in self.stand_ins:
+                context.collective = context.stand_in = self.stand_ins[code]
             frame = frame.f_back  # type: ignore[assignment]
-        return function, collective, where
+        return context
 
     # --- point to point --------------------------------------------------------------------
     def record(self, op: str, peer: int, tensors: list[torch.Tensor]) -> str:
-        function, collective, where = self._student_frames()
+        context = self._context()
         nbytes = sum(t.numel() * t.element_size() for t in tensors)
         tensor = tensors[0] if tensors else torch.empty(0)
         t = self.trace
@@ -143,8 +164,8 @@ class Guard:
             t.recvs += 1
             t.bytes_recv += nbytes
             t.recv_from[peer] = t.recv_from.get(peer, 0) + 1
-        if collective:
-            t.student_functions.add(collective)
+        if context.collective:
+            t.student_functions.add(context.collective)
         if self.keep_events and len(t.events) < MAX_EVENTS:
             t.events.append(
                 {
@@ -155,11 +176,11 @@ class Guard:
                     "dtype": str(tensor.dtype).removeprefix("torch."),
                     "shape": list(tensor.shape),
                     "t": round(time.monotonic() - t.t0, 6),
-                    "function": collective or function,
+                    "function": context.collective or context.function,
                 }
             )
         arrow = "dst" if op in ("send", "isend") else "src"
-        return f"{op}({arrow}={peer})" + (f" at {where}" if where else "") + (f" in {function}" if function else "")
+        return f"{op}({arrow}={peer}){context.describe()}"
 
     @contextlib.contextmanager
     def blocked(self, description: str) -> Iterator[None]:
@@ -177,14 +198,14 @@ class Guard:
         def stub(*args: Any, **kwargs: Any) -> Any:
             if name in guard.allowed:
                 guard.trace.collectives.append(name)
-                function, collective, _ = guard._student_frames()
+                collective = guard._context().collective
                 if collective:
                     guard.trace.student_functions.add(collective)
                 with guard.blocked(f"{qualname}()"):
                     return original(*args, **kwargs)
-            function, _, where = guard._student_frames()
+            context = guard._context()
             message = f"{qualname}() is a built-in collective, which this task forbids" + (
-                f" (called at {where} in {function})" if where else ""
+                f" (called at {context.where} in {context.function})" if context.where else ""
             )
             guard.trace.violations.append(message)
             raise ForbiddenCollective(message)

@@ -7,12 +7,14 @@ no checking: the verdict is the runner's (``verdicts.py``), made from values it 
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import torch
-import torch.distributed as dist
+
+from grader.packs.a9 import trusted
 
 Tensors = dict[str, torch.Tensor]
 #: The attributes the handout names for ``init_tensor_parallel_shards`` (see reference_model.shards).
@@ -32,6 +34,8 @@ class BadReturn(Exception):
 
 
 class Student(Protocol):
+    stand_ins: dict[Any, str]  # the guard's: code of a grader function -> the student function it replaces
+
     def module(self, name: str) -> Any: ...
 
 
@@ -78,31 +82,40 @@ def _argument_after(name: str) -> Callable[[Student, dict[str, Any], Tensors], T
 def _block(student: Student, params: dict[str, Any], t: Tensors) -> Any:
     mod = student.module("src.transformer")
     config = mod.TransformerConfig(
-        d_model=params["d_model"], n_heads=params["n_heads"], dim_ff=2 * params["d_model"], dropout_p=0.0
+        d_model=params["d_model"], n_heads=params["n_heads"], dim_ff=params["dim_ff"], dropout_p=0.0
     )
-    block = mod.BasicTransformerBlock(config)
+    block = mod.BasicTransformerBlock(config).to(t["x"].dtype)
     block.load_state_dict({k: v for k, v in t.items() if k != "x"}, strict=True)
     return block.eval()
 
 
+#: The full parameters a tensor-parallel forward must not use: everything the handout shards.
+SHARDED = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "fc1.weight", "fc1.bias", "fc2.weight")
+
+
+def _poison_sharded(block: torch.nn.Module) -> None:
+    """Replace every sharded full parameter with NaNs, so a forward that computes from the full
+    weights (the serial forward, then a sum) returns NaN.  The parameters are replaced, not filled:
+    shards that are views of the old weights keep their values, as the handout allows."""
+    for name in SHARDED:
+        owner, attr = name.split(".")
+        layer = getattr(block, owner)
+        old = getattr(layer, attr)
+        setattr(layer, attr, torch.nn.Parameter(torch.full_like(old, float("nan")), requires_grad=False))
+
+
 def _tensor_parallel(student: Student, params: dict[str, Any], t: Tensors) -> Tensors:
     block = _block(student, params, t)
-    block.init_tensor_parallel_shards()
-    return {"out": _tensor(block.forward_tensor_parallel(t["x"]), "forward_tensor_parallel")}
-
-
-def _tensor_parallel_nan(student: Student, params: dict[str, Any], t: Tensors) -> Tensors:
-    """The forward must use the shards: the full weights are poisoned after sharding."""
-    block = _block(student, params, t)
-    block.init_tensor_parallel_shards()
-    for name in ("q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2"):
-        getattr(block, name).weight.data.fill_(float("nan"))
-    return {"out": _tensor(block.forward_tensor_parallel(t["x"]), "forward_tensor_parallel")}
+    with substituted(student, params):
+        block.init_tensor_parallel_shards()
+        _poison_sharded(block)
+        return {"out": _tensor(block.forward_tensor_parallel(t["x"]), "forward_tensor_parallel")}
 
 
 def _tensor_parallel_shards(student: Student, params: dict[str, Any], t: Tensors) -> Tensors:
     block = _block(student, params, t)
-    block.init_tensor_parallel_shards()
+    with substituted(student, params):
+        block.init_tensor_parallel_shards()
     out = {}
     for name in SHARD_NAMES:
         value = getattr(block, name, None)
@@ -112,37 +125,38 @@ def _tensor_parallel_shards(student: Student, params: dict[str, Any], t: Tensors
     return out
 
 
-def trusted_all_to_all(tensor: torch.Tensor, scatter_dim: int, gather_dim: int) -> torch.Tensor:
-    """A known-good all-to-all, so Ulysses can be judged apart from the student's Task 1."""
-    ws, rank = dist.get_world_size(), dist.get_rank()
-    chunks = [c.contiguous() for c in tensor.chunk(ws, dim=scatter_dim)]
-    received = [torch.empty_like(chunks[rank]) for _ in range(ws)]
-    received[rank] = chunks[rank]
-    works = []
-    for peer in range(ws):
-        if peer != rank:
-            works.append(dist.isend(chunks[peer], dst=peer))
-            works.append(dist.irecv(received[peer], src=peer))
-    for work in works:
-        if work is not None:  # None only for a rank outside the group, which a case never has
-            work.wait()
-    return torch.cat(received, dim=gather_dim)
-
-
 def _ulysses(student: Student, params: dict[str, Any], t: Tensors) -> Tensors:
     block = _block(student, params, t)
-    if not params.get("trusted_all_to_all"):
+    with substituted(student, params):
         return {"out": _tensor(block.forward_ulysses(t["x"]), "forward_ulysses")}
-    # src.collectives is in sys.modules by now: the student's, or the placeholder of a broken one
-    modules = [student.module("src.transformer"), sys.modules["src.collectives"]]
-    saved = [getattr(m, "my_all_to_all", None) for m in modules]
-    for m in modules:
-        m.my_all_to_all = trusted_all_to_all
+
+
+@contextlib.contextmanager
+def substituted(student: Student, params: dict[str, Any]) -> Iterator[None]:
+    """Run with the grader's known-good version of each Task 1 function named in ``params["trusted"]``
+    (the session lists those with a failing case): in ``src.collectives`` and under every name in
+    ``src.transformer`` that is bound to the student's function, aliases included."""
+    names = [n for n in params.get("trusted", []) if n in trusted.COLLECTIVES]
+    if not names:
+        yield
+        return
+    collectives = sys.modules["src.collectives"]  # the student's, or the placeholder of a broken one
+    transformer = student.module("src.transformer")
+    saved: list[tuple[Any, str, Any]] = []
+    for name in names:
+        stand_in = trusted.COLLECTIVES[name]
+        student.stand_ins[stand_in.__code__] = name
+        original = getattr(collectives, name, None)
+        targets = [(collectives, name)]
+        targets += [(transformer, attr) for attr, value in list(vars(transformer).items()) if value is original]
+        for module, attr in dict.fromkeys(targets):
+            saved.append((module, attr, getattr(module, attr, None)))
+            setattr(module, attr, stand_in)
     try:
-        return {"out": _tensor(block.forward_ulysses(t["x"]), "forward_ulysses")}
+        yield
     finally:
-        for m, fn in zip(modules, saved, strict=True):
-            m.my_all_to_all = fn
+        for module, attr, value in reversed(saved):
+            setattr(module, attr, value)
 
 
 BODIES: dict[str, Callable[[Student, dict[str, Any], Tensors], Tensors]] = {
@@ -156,7 +170,6 @@ BODIES: dict[str, Callable[[Student, dict[str, Any], Tensors], Tensors]] = {
     "allgather_untouched": _argument_after("my_allgather"),
     "all_to_all_untouched": _argument_after("my_all_to_all"),
     "tensor_parallel": _tensor_parallel,
-    "tensor_parallel_nan": _tensor_parallel_nan,
     "tensor_parallel_shards": _tensor_parallel_shards,
     "ulysses": _ulysses,
 }

@@ -1,0 +1,103 @@
+"""docs/rubric-rationale.md and rubrics/a9.yaml say the same thing, and the rationale quotes the handout.
+
+Every case pattern, trace probe, deliverable and written question of the default rubric has a row
+in the rationale under its item, with the share the rubric gives it; every weighted row quotes at
+least one sentence, and every quoted sentence is in the course's handout (docs/handouts/a9.md) word
+for word; an advisory row (share 0) quotes none, since no sentence requires it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from grader.rubric import CasesScoring, DeliverableScoring, Rubric, TraceScoring, WrittenScoring, load_rubric
+
+REPO = Path(__file__).resolve().parents[1]
+RATIONALE = (REPO / "docs" / "rubric-rationale.md").read_text()
+HANDOUT = (REPO / "docs" / "handouts" / "a9.md").read_text()
+
+
+def flat(text: str) -> str:
+    """Emphasis marks and line breaks aside, as a reader compares sentences."""
+    return " ".join(text.replace("**", "").split())
+
+
+def rows() -> dict[str, list[tuple[str, float, list[str]]]]:
+    """section -> its rows: (family key = the first column's code span, share, quoted sentences)."""
+    found: dict[str, list[tuple[str, float, list[str]]]] = {}
+    section = ""
+    for line in RATIONALE.splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip()
+            found[section] = []
+        elif section and line.startswith("| `"):
+            family, share, handout = (cell.strip() for cell in line.strip("|").split("|", 2))
+            found[section].append((family.split("`")[1], float(share), re.findall(r'"([^"]+)"', handout)))
+    return found
+
+
+@pytest.fixture(scope="module")
+def rubric() -> Rubric:
+    return load_rubric(REPO / "rubrics" / "a9.yaml")
+
+
+def expected_rows(rubric: Rubric) -> dict[str, dict[str, float]]:
+    """What the rubric weights, in the rationale's terms: section -> family key -> share."""
+    wanted: dict[str, dict[str, float]] = {}
+    for item in rubric.items():
+        section = wanted.setdefault("bonus" if item.bonus else item.id, {})
+        scoring = item.scoring
+        if isinstance(scoring, CasesScoring):
+            for component in scoring.components:
+                section.update({pattern: component.share for pattern in component.match})
+        elif isinstance(scoring, TraceScoring):
+            for check in scoring.checks:
+                section[check.case] = section.get(check.case, 0.0) + check.points / item.points
+        elif isinstance(scoring, WrittenScoring):
+            section.update({q.id: 1.0 for q in scoring.questions})
+        elif isinstance(scoring, DeliverableScoring):
+            names = rubric.deliverables[scoring.deliverable].any_of
+            section[names[0].rsplit(".", 1)[0]] = 1.0
+    return wanted
+
+
+def test_every_family_the_rubric_weights_has_a_row_with_its_share(rubric: Rubric) -> None:
+    found = rows()
+    for section, families in expected_rows(rubric).items():
+        assert section in found, f"docs/rubric-rationale.md has no section for {section}"
+        for key, share in families.items():
+            documented = [s for k, s, _ in found[section] if k == key]  # a probe may have a row per check
+            assert documented, f"{section}: no row for {key}"
+            assert sum(documented) == pytest.approx(share), f"{section}: {key} has share {share} in the rubric"
+
+
+def test_no_row_names_a_family_the_rubric_does_not_have(rubric: Rubric) -> None:
+    wanted = expected_rows(rubric)
+    for section, families in rows().items():
+        assert section in wanted, f"docs/rubric-rationale.md: {section} is not an item of the rubric"
+        extra = {key for key, _, _ in families} - set(wanted[section])
+        assert not extra, f"{section}: rows for what the rubric does not have: {extra}"
+
+
+def test_weighted_rows_quote_the_handout_and_advisory_rows_do_not() -> None:
+    handout = flat(HANDOUT)
+    quoted = 0
+    for section, families in rows().items():
+        for key, share, quotes in families:
+            if share == 0:
+                assert not quotes, f"{section}: {key} is advisory, yet quotes a requirement"
+                continue
+            assert quotes, f"{section}: {key} carries weight but quotes no handout sentence"
+            for quote in quotes:
+                assert flat(quote) in handout, f"{section}: {key}: not in the handout: {quote!r}"
+                quoted += 1
+    assert quoted > 20
+
+
+def test_a_misquote_is_caught() -> None:
+    # the check above compares sentences exactly: a changed word is not in the handout
+    assert flat("All collectives must be in-place on the input tensor") not in flat(HANDOUT)
+    assert flat("All collectives should be in-place on the input tensor") in flat(HANDOUT)
