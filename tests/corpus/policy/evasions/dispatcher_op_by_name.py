@@ -1,14 +1,16 @@
 # Evasion: the functional collective ops fetched by their dispatcher name, not through torch.ops.
-# expect: forbidden-module@10 in my_allreduce
-# expect: forbidden-module@11 in my_allreduce
-# expect: forbidden-module@19 in my_allgather
+# The all-reduce is awaited (wait_tensor, also by name), so it really computes the sum.
+# expect: forbidden-module@12 in my_allreduce
+# expect: forbidden-module@13 in my_allreduce
+# expect: forbidden-module@13 in my_allreduce
+# expect: forbidden-module@21 in my_allgather
 import torch
 import torch.distributed as dist
 
 
 def my_allreduce(tensor: torch.Tensor) -> torch.Tensor:
     op, _ = torch._C._jit_get_operation("_c10d_functional::all_reduce")
-    tensor.copy_(op(tensor, "sum", dist.group.WORLD.group_name))
+    tensor.copy_(torch._C._jit_get_operation("_c10d_functional::wait_tensor")[0](op(tensor, "sum", "0")))
     return tensor
 
 
