@@ -8,18 +8,18 @@ set -euo pipefail
 
 # --- what must be graded, and what it must score --------------------------------------------------------
 # Hostile corpus entries: tests/corpus/hostile/<name>/ is the submission, or what its make.py builds (a .git of
-# its own, a tree 1,100 levels deep, names that are not UTF-8).  Its expected.json decides when present: item
-# scores, `args` for grader grade, `result` values, `problems` and files that must stay `absent` (as in
-# tests/test_hostile_corpus.py); until it exists, the total after the name is what the entry must score.
+# its own, a tree 1,100 levels deep, names that are not UTF-8).  Its expected.json decides: item scores, `args`
+# for grader grade, `result` values, `problems` and files that must stay `absent` (as in
+# tests/test_hostile_corpus.py); an entry without one must score the total given after its name.
 HOSTILE=(
-    "read_reference=94"       # searches the disk for a reference collectives.py: the image holds none
-    "kill_parents=100"        # signals its ancestors: the grader must survive and still grade it
-    "forged_results=94"       # writes a 100/100 results.json wherever it can, /results included
-    "git_config_programs=105" # its .git/config names programs (gpg.program, fsmonitor, filters...): none may run
-    "backdated_commit=52.5"   # committed before the deadline, pushed three weeks after: the push time counts
-    "deep_tree=100"           # a folder 1,100 levels deep: the search stops at 64 and says so
-    "odd_bytes_names=85"      # folders named b'old\xff' and with a newline: refused, and named printably
-    # issue 11's classes of attack, each held inside the container too (expected.json decides):
+    "read_reference=-"       # searches the disk for a reference collectives.py: the image holds none
+    "kill_parents=-"         # signals its ancestors: the grader must survive and still grade it
+    "forged_results=-"       # writes a 100/100 results.json wherever it can, /results included
+    "git_config_programs=-"  # its .git/config names programs (gpg.program, fsmonitor, filters...): none may run
+    "backdated_commit=-"     # committed before the deadline, pushed three weeks after: the push time counts
+    "deep_tree=-"            # a folder 1,100 levels deep: the search stops at 64 and says so
+    "odd_bytes_names=-"      # folders named b'old\xff' and with a newline: refused, and named printably
+    # issue 11's classes of attack, each held inside the container too:
     "oracle_expected_values=-" # looks for expected values in frames, gc and the grader package
     "guard_patched=-"          # patches the guard from inside, then calls dist.all_reduce
     "unguarded_routes=-"       # private bindings, a stub's closure, dispatcher ops by name

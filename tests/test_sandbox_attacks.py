@@ -56,12 +56,13 @@ def test_oracle_finds_no_expected_value_to_copy(tmp_path: Path) -> None:
 def test_a_patched_guard_cannot_let_a_collective_through(tmp_path: Path) -> None:
     """Classes 2 and 3: the guard is patched from inside and the trace forged; the wire tells."""
     cases = matrix(tmp_path, CORPUS / "guard_patched", ("test_allreduce[", "test_tensor_parallel["))
-    assert verdicts(cases) == {"tampering"}
     allreduce = [c for name, c in cases.items() if name.startswith("test_allreduce[")]
+    assert {c.verdict.value for c in allreduce} == {"tampering"}
     assert all("a built-in all_reduce ran although this task forbids it" in c.message for c in allreduce)
-    # Task 2 allows all_reduce, but the forged trace no longer accounts for the traffic
-    tensor_parallel = [c.message for name, c in cases.items() if name.startswith("test_tensor_parallel[")]
-    assert all("no call the grader could see" in m or "account for" in m for m in tensor_parallel), tensor_parallel
+    # the tampering my_allreduce failed Task 1, so Task 2 runs with the grader's own: the patch never
+    # runs there, and the honest tensor-parallel code passes (the defect is charged once)
+    tensor_parallel = [c for name, c in cases.items() if name.startswith("test_tensor_parallel[")]
+    assert {c.verdict.value for c in tensor_parallel} == {"pass"}
 
 
 @pytest.mark.parametrize(

@@ -97,6 +97,18 @@ class _Context:
         return called
 
 
+@dataclass
+class _Call:
+    """One point-to-point call, from its start until it returns and is recorded."""
+
+    op: str
+    peer: int
+    tensors: list[torch.Tensor]
+    context: _Context
+    description: str  # what the rank's status slot says while it waits on this call
+    started: float
+
+
 class Guard:
     """The installed guard of one rank process.  ``begin_case`` resets the trace and policy."""
 
@@ -150,12 +162,19 @@ class Guard:
         return context
 
     # --- point to point --------------------------------------------------------------------
-    def record(self, op: str, peer: int, tensors: list[torch.Tensor]) -> str:
+    def call(self, op: str, peer: int, tensors: list[torch.Tensor]) -> _Call:
+        """A point-to-point call about to start: where the student made it, and how a wait on it reads."""
         context = self._context()
-        nbytes = sum(t.numel() * t.element_size() for t in tensors)
-        tensor = tensors[0] if tensors else torch.empty(0)
-        t = self.trace
-        if op in ("send", "isend"):
+        arrow = "dst" if op in ("send", "isend") else "src"
+        return _Call(op, peer, tensors, context, f"{op}({arrow}={peer}){context.describe()}", time.monotonic())
+
+    def record(self, call: _Call) -> None:
+        """Count a call that returned: one that raised (a non-contiguous buffer, say) never reached the
+        wire, and counting it would make honest traffic look unexplained."""
+        nbytes = sum(t.numel() * t.element_size() for t in call.tensors)
+        tensor = call.tensors[0] if call.tensors else torch.empty(0)
+        t, peer = self.trace, call.peer
+        if call.op in ("send", "isend"):
             t.sends += 1
             t.bytes_sent += nbytes
             t.sent_to[peer] = t.sent_to.get(peer, 0) + 1
@@ -164,23 +183,21 @@ class Guard:
             t.recvs += 1
             t.bytes_recv += nbytes
             t.recv_from[peer] = t.recv_from.get(peer, 0) + 1
-        if context.collective:
-            t.student_functions.add(context.collective)
+        if call.context.collective:
+            t.student_functions.add(call.context.collective)
         if self.keep_events and len(t.events) < MAX_EVENTS:
             t.events.append(
                 {
                     "rank": self.rank,
-                    "op": op,
+                    "op": call.op,
                     "peer": peer,
                     "bytes": nbytes,
                     "dtype": str(tensor.dtype).removeprefix("torch."),
                     "shape": list(tensor.shape),
-                    "t": round(time.monotonic() - t.t0, 6),
-                    "function": context.collective or context.function,
+                    "t": round(call.started - t.t0, 6),
+                    "function": call.context.collective or call.context.function,
                 }
             )
-        arrow = "dst" if op in ("send", "isend") else "src"
-        return f"{op}({arrow}={peer}){context.describe()}"
 
     @contextlib.contextmanager
     def blocked(self, description: str) -> Iterator[None]:
@@ -330,15 +347,17 @@ def _trace_point_to_point(guard: Guard) -> None:
             if guard.nested():
                 return original(*args, **kwargs)
             tensors, peer = _p2p_arguments(op, args, kwargs, method)
-            description = guard.record(op, peer, tensors)
+            call = guard.call(op, peer, tensors)
             with guard.nesting():
                 if blocking:
-                    with guard.blocked(description):
-                        return original(*args, **kwargs)
-                work = original(*args, **kwargs)
-                if work is not None:
-                    guard.pending[id(work)] = f"wait() on {description}"
-                return work
+                    with guard.blocked(call.description):
+                        result = original(*args, **kwargs)
+                else:
+                    result = original(*args, **kwargs)
+                    if result is not None:
+                        guard.pending[id(result)] = f"wait() on {call.description}"
+            guard.record(call)
+            return result
 
         del wrapper.__wrapped__
         return wrapper

@@ -37,11 +37,11 @@ def my_allreduce(tensor: torch.Tensor) -> torch.Tensor:
 def my_allgather(tensor: torch.Tensor) -> torch.Tensor:
     """Return ``[tensor_0; tensor_1; ...]``: every rank's tensor concatenated along dim 0 in rank order.
 
-    Input ``[N, ...]`` on every rank, output ``[world_size * N, ...]``; the input is left unchanged.
+    Input ``[N, ...]`` on every rank, output ``[world_size * N, ...]``.
     """
     raise NotImplementedError(
         "my_allgather: implement with dist.send/dist.recv only; return a new tensor holding all ranks' "
-        "inputs concatenated along dim 0 in rank order (do not modify the input)."
+        "inputs concatenated along dim 0 in rank order."
     )
 
 
@@ -62,7 +62,7 @@ def my_all_to_all(tensor: torch.Tensor, scatter_dim: int, gather_dim: int) -> to
     received from ranks ``0..world_size-1`` concatenated along ``gather_dim`` in rank order.
 
     ``scatter_dim`` shrinks by ``world_size`` and ``gather_dim`` grows by it; when they are equal the
-    shape is unchanged.  Negative dims count from the end.  The input is left unchanged.
+    shape is unchanged.  Negative dims count from the end.
     """
     raise NotImplementedError(
         "my_all_to_all: implement with dist.isend/dist.irecv (non-blocking, to avoid deadlock); copy your "
