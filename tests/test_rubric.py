@@ -329,7 +329,11 @@ MALFORMED = [
         "explain: 5",
         "Q3: explain must leave points for the fields",
     ),
-    (("rank2: [0, 10, 1, 11, 2, 12]", "rank2: [0, ten]"), "rank2: [0, ten]", "fields.rank2: expected a number or a list of numbers"),
+    (
+        ("rank2: [0, 10, 1, 11, 2, 12]", "rank2: [0, ten]"),
+        "rank2: [0, ten]",
+        "fields.rank2: expected a number or a list of numbers",
+    ),
     (
         ("  - src/transformer.py\n", "  - src/transformer.py\n  - src/transformer.py\n"),
         "- src/collectives.py",
