@@ -27,7 +27,8 @@ class Verdict(str, enum.Enum):
     NOT_IMPLEMENTED = "not_implemented"  # the stub still raises NotImplementedError
     FORBIDDEN = "forbidden"  # reached a collective the policy forbids
     TAMPERING = "tampering"  # traffic measured on the wire that the ranks' own records cannot explain
-    HANG = "hang"  # exceeded the per-case timeout; stacks of every rank attached
+    HANG = "hang"  # exceeded the case's time budget; stacks of every rank attached
+    NOT_RUN = "not_run"  # skipped: its function already hung at this world size, or the total time ran out
     CRASH = "crash"  # a rank raised, exited or died by a signal
     MEMORY = "memory"  # a rank exceeded its memory limit
     IMPORT_ERROR = "import_error"  # the student's module failed to import (syntax error, ...)

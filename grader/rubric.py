@@ -70,7 +70,11 @@ class Assignment:
 class Limits:
     """Resource limits of one grading run; the matrix runner and intake enforce them."""
 
-    case_timeout_s: float = 10.0  # wall clock per matrix case
+    case_timeout_s: float = 10.0  # the most wall clock any one matrix case gets (see case_timeout_floor_s)
+    #: a case's budget: floor + multiple x what the grader's own collective needs for as many bytes at
+    #: that world size, measured when the world size's first group starts; never above case_timeout_s
+    case_timeout_floor_s: float = 1.0
+    case_timeout_multiple: float = 50.0
     deadlock_after_s: float = 1.0  # every rank blocked in communication this long = hang
     memory_mb: int = 2048  # address space per rank
     output_kb: int = 64  # stdout/stderr kept per case

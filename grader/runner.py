@@ -59,7 +59,7 @@ def run_matrix(
     ledger = workdir / "ledger.jsonl"
     ledger.write_text("")
     decided: list[str] = []
-    synthetic: list[tuple[str, str]] = []  # (case, message) for cases a killed session was running
+    synthetic: list[tuple[str, str, Verdict]] = []  # cases no session decided: (case, message, verdict)
     rounds: list[Path] = []
     log = ""
     everything = _case_names(only)
@@ -89,12 +89,14 @@ def run_matrix(
             break
         reason = "the grading session was killed" if code < 0 or code > 1 else "the grading session stopped"
         if time.monotonic() - t0 >= total_timeout_s:  # the session was stopped for it, or a next one has no time
-            synthetic += [(name, "not run: the submission used up the total time limit") for name in todo]
+            out_of_time = "the submission used up the total time limit before this case"
+            synthetic += [(name, out_of_time, Verdict.NOT_RUN) for name in todo]
             break
-        synthetic.append((todo[0], f"{reason} while this case ran (exit status {code}); a rank may have killed it"))
+        message = f"{reason} while this case ran (exit status {code}); a rank may have killed it"
+        synthetic.append((todo[0], message, Verdict.CRASH))
         with ledger.open("a") as f:  # the next round's session reads every verdict decided so far here
             f.write(json.dumps({"case": todo[0], "verdict": Verdict.CRASH.value}) + "\n")
-        decided = done + [name for name, _ in synthetic]
+        decided = done + [name for name, _, _ in synthetic]
     merged = workdir / "junit.xml"
     _merge(rounds, synthetic, everything, merged)
     report = workdir / "isolation.json"
@@ -190,7 +192,7 @@ def _ledger(path: Path) -> list[dict[str, Any]]:
     return entries
 
 
-def _merge(rounds: list[Path], synthetic: list[tuple[str, str]], everything: list[str], out: Path) -> None:
+def _merge(rounds: list[Path], synthetic: list[tuple[str, str, Verdict]], everything: list[str], out: Path) -> None:
     """One JUnit file with each case once: real results first, then synthesized crashes."""
     suite = TestSuite("grader.matrix")
     seen: set[str] = set()
@@ -199,10 +201,10 @@ def _merge(rounds: list[Path], synthetic: list[tuple[str, str]], everything: lis
             if case.name in everything and case.name not in seen:
                 seen.add(case.name)
                 suite.add_testcase(case)
-    for name, message in synthetic:
+    for name, message, verdict in synthetic:
         if name not in seen:
             seen.add(name)
-            suite.add_testcase(synthesized_case(name, Verdict.CRASH, message))
+            suite.add_testcase(synthesized_case(name, verdict, message))
     for name in everything:
         if name not in seen:
             suite.add_testcase(synthesized_case(name, Verdict.ERROR, "not run: the grading session ended early"))

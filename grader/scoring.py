@@ -53,7 +53,7 @@ from grader.rubric import (
 
 MAX_FAILURES = 5  # CaseOutcomes kept per item
 EXAMPLES_PER_VERDICT = 2  # distinct messages quoted per kind of failure
-NOT_RUN = "did not run (the grading run was cut short before this case)"
+ABSENT = "did not run (the grading run was cut short before this case)"
 
 #: How a group of failing cases reads: "3/12 cases <phrase>: <first message>".
 _PHRASES = {
@@ -63,6 +63,7 @@ _PHRASES = {
     Verdict.FORBIDDEN: "reach a forbidden collective",
     Verdict.TAMPERING: "move data the grader's measurement cannot account for",
     Verdict.HANG: "hang",
+    Verdict.NOT_RUN: "were not run",
     Verdict.CRASH: "crash",
     Verdict.MEMORY: "exceed the memory limit",
     Verdict.IMPORT_ERROR: "fail to import your code",
@@ -216,7 +217,7 @@ class _Scorer:
         self.root = root
         self.manual = self._checked_manual(manual)
         # Every case the rubric was checked against, run or not, then any the catalog did not know.
-        self.cases = {cid: junit.get(cid, Case(cid, Verdict.ERROR, NOT_RUN)) for cid in rubric.case_ids}
+        self.cases = {cid: junit.get(cid, Case(cid, Verdict.ERROR, ABSENT)) for cid in rubric.case_ids}
         self.cases.update((cid, case) for cid, case in sorted(junit.items()) if cid not in self.cases)
         self.number = {cid: n for n, cid in enumerate(self.cases, start=1)}
         self.done: dict[str, ItemResult] = {}

@@ -168,7 +168,8 @@ def test_the_total_timeout_ends_the_grading_with_results_and_nothing_left(tmp_pa
     assert grading.seen
     assert_all_gone(grading.seen)
     results = (tmp_path / "out" / "results.json").read_text()
-    assert "not run: the submission used up the total time limit" in results
+    assert "the submission used up the total time limit before this case" in results
+    assert '"verdict": "not_run"' in results
 
 
 def test_a_grader_crash_leaves_nothing(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from grader.matrix.budgets import CALIBRATION_BYTES, case_budget
 from grader.results import Verdict
 
 CONFIG_ENV = "GRADER_MATRIX_CONFIG"
@@ -63,33 +64,45 @@ class MatrixSession:
         self.import_failures: dict[str, tuple[Verdict, str]] = {}
         self.start_failures: dict[int, str] = {}  # world size -> why its group could not start
         self.layers: dict[str, str] = dict(config.layers)
-        self.failed_functions = self._failed_in_earlier_rounds()
+        self.failed_functions: set[str] = set()  # Task 1 functions with a failing case
+        self.hung: dict[tuple[str, int], str] = {}  # (function, world size) -> the case that hung
+        self.calibration: dict[int, float | None] = {}  # world size -> seconds of the calibration allreduce
+        self._replay_ledger()
 
-    def _failed_in_earlier_rounds(self) -> set[str]:
-        """Task 1 functions with a failing case among those an earlier round decided (the ledger)."""
-        from grader.packs.a9.catalog import FUNCTION_OF, all_cases
+    def _replay_ledger(self) -> None:
+        """What the cases an earlier round decided say about the ones left (the ledger is ours)."""
+        from grader.packs.a9.catalog import all_cases
 
-        kinds = {case.name: case.kind for case in all_cases()}
-        failed = set()
+        cases = {case.name: case for case in all_cases()}
         for line in Path(self.config.ledger).read_text().splitlines():
             try:
                 entry = json.loads(line)
-                kind, verdict = kinds.get(entry["case"]), entry["verdict"]
+                case, verdict = cases.get(entry["case"]), Verdict(entry["verdict"])
             except (ValueError, KeyError, TypeError):
                 continue
-            if kind in FUNCTION_OF and verdict != Verdict.PASS.value:
-                failed.add(FUNCTION_OF[kind])
-        return failed
+            if case is not None:
+                self._learn(case, verdict)
+
+    def _learn(self, case: Any, verdict: Verdict) -> None:
+        """A Task 1 function with a failing case is replaced in Task 2; a function that hung at a world
+        size is not run again at that world size (its other cases there are ``not_run``)."""
+        from grader.packs.a9.catalog import FUNCTION_OF
+
+        function = FUNCTION_OF[case.kind]
+        if case.task == 1 and verdict is not Verdict.PASS:
+            self.failed_functions.add(function)
+        if verdict is Verdict.HANG:
+            self.hung.setdefault((function, case.world_size), case.name)
 
     def check(self, case: Any, record: Callable[[str, object], None]) -> None:
         from grader.matrix import verdicts
         from grader.packs.a9 import expected
         from grader.packs.a9.bodies import MODULE_OF
-        from grader.packs.a9.catalog import FUNCTION_OF
         from grader.sandbox.launcher import GroupStartError
 
         module = MODULE_OF[case.kind]
-        decision = self._precheck(module)
+        assert module is not None  # only the calibration runs without a student module, and it is no case
+        decision = self._precheck(module) or self._skipped(case)
         if decision is None:
             prepared = expected.prepare(case, self.config.salt)
             try:
@@ -101,8 +114,7 @@ class MatrixSession:
                 allowed = frozenset(self.config.allowed.get(str(case.task), []))
                 decision = verdicts.decide(case, prepared, run, allowed)
                 self._remember_import_failure(module, decision, run)
-        if case.kind in FUNCTION_OF and decision.verdict is not Verdict.PASS:
-            self.failed_functions.add(FUNCTION_OF[case.kind])
+        self._learn(case, decision.verdict)
         record("verdict", decision.verdict.value)
         record("message", decision.message)
         if decision.trace:
@@ -124,6 +136,18 @@ class MatrixSession:
             return Decision(verdict, message)
         return None
 
+    def _skipped(self, case: Any) -> Any:
+        """``not_run`` when the case's function already hung at its world size: one timeout is enough to
+        know, and the next would cost the same again."""
+        from grader.matrix.verdicts import Decision
+        from grader.packs.a9.catalog import FUNCTION_OF
+
+        function = FUNCTION_OF[case.kind]
+        hung = self.hung.get((function, case.world_size))
+        if hung is None:
+            return None
+        return Decision(Verdict.NOT_RUN, f"{function} already hung at world size {case.world_size}, in {hung}")
+
     def _remember_import_failure(self, module: str, decision: Any, run: Any) -> None:
         """An import that failed or hung fails every later case of that module without a rerun."""
         if decision.verdict is Verdict.IMPORT_ERROR:
@@ -142,6 +166,8 @@ class MatrixSession:
             group.start()
             self.groups[case.world_size] = group
             self.layers.update(group.layers)
+            if case.world_size not in self.calibration:
+                self.calibration[case.world_size] = self._calibrate(group)
         params = case.params
         trusted = self._trusted() if case.task == 2 else []
         if trusted:  # a Task 1 defect is charged once, in Task 1
@@ -153,16 +179,34 @@ class MatrixSession:
             "keep_events": bool(case.params.get("keep_events")),
             "broken": {module: message for module, (_, message) in self.import_failures.items()},
         }
-        return group.run_case(header, prepared.inputs, self.limits.case_timeout_s)
+        budget = case_budget(self.limits, self.calibration.get(case.world_size), prepared.tensor_bytes)
+        return group.run_case(header, prepared.inputs, budget)
+
+    def _calibrate(self, group: Any) -> float | None:
+        """Seconds the grader's own allreduce of CALIBRATION_BYTES per rank takes in this group (the
+        median of three), before any student code is imported into it; None if it could not run
+        (see ``grader.matrix.budgets``)."""
+        import torch
+
+        x = torch.zeros(CALIBRATION_BYTES // 4)
+        header = {"kind": "calibrate", "params": {}, "allowed": [], "keep_events": False, "broken": {}}
+        times = []
+        for _ in range(3):
+            run = group.run_case(header, [{"x": x}] * group.world_size, self.limits.case_timeout_s)
+            if any(rep.status != "ok" for rep in run.ranks):
+                return None
+            times.append(run.seconds)
+        return sorted(times)[1]
 
     def _trusted(self) -> list[str]:
         """Task 1 functions that failed a case, or whose module is missing or did not import."""
         from grader.packs.a9.bodies import MODULE_OF
-        from grader.packs.a9.catalog import FUNCTION_OF
+        from grader.packs.a9.catalog import FUNCTION_OF, TASK2_KINDS
 
-        broken = {module for module in set(MODULE_OF.values()) if self._precheck(module) is not None}
-        failed = self.failed_functions | {fn for kind, fn in FUNCTION_OF.items() if MODULE_OF[kind] in broken}
-        return sorted(failed)
+        modules = {module for module in MODULE_OF.values() if module is not None}
+        broken = {module for module in modules if self._precheck(module) is not None}
+        task1 = {kind: fn for kind, fn in FUNCTION_OF.items() if kind not in TASK2_KINDS}
+        return sorted(self.failed_functions | {fn for kind, fn in task1.items() if MODULE_OF[kind] in broken})
 
     def _isolation(self) -> dict[str, Any] | None:
         """IsolationConfig fields every rank shares (its scratch and uid are the group's business)."""

@@ -190,7 +190,7 @@ def _num(t: torch.Tensor) -> str:
 def _failure_message(verdict: Verdict, failures: list[tuple[RankReport, Verdict]], run: CaseRun) -> str:
     if verdict is Verdict.HANG:
         waits = [_blocked(rep) for rep, v in failures if v is Verdict.HANG]
-        kind = "likely deadlock" if run.hang == "deadlock" else "timed out"
+        kind = "likely deadlock" if run.hang == "deadlock" else f"timed out after {run.seconds:.1f} s"
         return f"{kind}: " + "; ".join(waits)
     # the root cause first: a rank that died explains the peers that lost their connection to it
     reps = sorted((rep for rep, v in failures if v is verdict), key=lambda rep: _CAUSE_ORDER.get(rep.status, 9))
@@ -206,13 +206,26 @@ def _failure_message(verdict: Verdict, failures: list[tuple[RankReport, Verdict]
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<fn>\S+)')
 
 
+#: of one CPU: a rank that used more, outside any send or receive, was computing (eight spinning ranks
+#: on two cores get 25% each; a sleeping one, or one blocked in Gloo, close to 0%)
+SPINNING_PERCENT = 10
+
+
 def _blocked(rep: RankReport) -> str:
-    """'rank 1 waits in recv(src=0) at collectives.py:17 in my_allreduce', else where it is stuck."""
-    if rep.blocked_in and not rep.blocked_in.startswith("importing"):
-        return f"rank {rep.rank} waits in {rep.blocked_in}"
+    """Where a rank that never replied was, and whether it was spinning or waiting: 'rank 1 waits in
+    recv(src=0) at collectives.py:17 in my_allreduce (blocked, 0% CPU)', 'rank 0 is spinning (99% CPU)
+    at ...', 'rank 2 is idle (0% CPU), in no send or receive, at ...'."""
+    where = _innermost_student_frame(rep.stack)
+    cpu = rep.cpu_percent
+    if rep.blocked_in.startswith("importing"):
+        return f"rank {rep.rank} never finished {rep.blocked_in}" + where
     if rep.blocked_in:
-        return f"rank {rep.rank} never finished {rep.blocked_in}" + _innermost_student_frame(rep.stack)
-    return f"rank {rep.rank} is still running" + _innermost_student_frame(rep.stack)
+        return f"rank {rep.rank} waits in {rep.blocked_in}" + (f" (blocked, {cpu}% CPU)" if cpu is not None else "")
+    if cpu is None:
+        return f"rank {rep.rank} is still running" + where
+    if cpu >= SPINNING_PERCENT:
+        return f"rank {rep.rank} is spinning ({cpu}% CPU){where}"
+    return f"rank {rep.rank} is idle ({cpu}% CPU), in no send or receive (sleeping or waiting on something else){where}"
 
 
 def _innermost_student_frame(stack: str) -> str:

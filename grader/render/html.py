@@ -80,6 +80,7 @@ _STATUS_CLASS = {
     "no_submission": "off",
     "off": "mid",
     Verdict.MISSING.value: "off",
+    Verdict.NOT_RUN.value: "off",
 }
 
 

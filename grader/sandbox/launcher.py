@@ -58,6 +58,8 @@ class Limits:
     """The matrix's share of the rubric's ``limits`` section."""
 
     case_timeout_s: float = 10.0
+    case_timeout_floor_s: float = 1.0
+    case_timeout_multiple: float = 50.0
     deadlock_after_s: float = 1.0
     start_timeout_s: float = 30.0
     output_kb: int = 64
@@ -80,6 +82,7 @@ class RankReport:
     replied: bool = False  # its reply arrived and parsed: its claims are its own account
     blocked_in: str = ""  # the status slot's text when the case was stopped
     stack: str = ""  # faulthandler dump, student frames first
+    cpu_percent: int | None = None  # of one CPU, over the case, for a rank that never replied (from /proc)
 
 
 @dataclass
@@ -365,6 +368,7 @@ class RankGroup:
         """Send each rank its frame and collect one reply per rank, or stop the case."""
         t0 = time.monotonic()
         n = self.world_size
+        started = [_activity(rk.pid)[0] for rk in self._ranks]  # CPU ticks, to tell spinning from waiting
         pending = [memoryview(f) for f in frames]
         readers = [wire.FrameReader(self.limits.max_result_mb << 20) for _ in range(n)]
         reports: list[RankReport | None] = [None] * n
@@ -433,10 +437,12 @@ class RankGroup:
                 hang = "timeout"
                 break
         unfinished = [r for r in range(n) if reports[r] is None]
+        elapsed = time.monotonic() - t0
+        cpu = {r: _cpu_percent(started[r], _activity(self._ranks[r].pid)[0], elapsed) for r in unfinished}
         stacks = self._stacks(unfinished) if unfinished else {}
         final: list[RankReport] = []
         for r in range(n):
-            rep = reports[r] or RankReport(r, "hang" if hang else "no_reply")
+            rep = reports[r] or RankReport(r, "hang" if hang else "no_reply", cpu_percent=cpu.get(r))
             rep.blocked_in = self._ranks[r].status.get()[2] if reports[r] is None else ""
             rep.stack = stacks.get(r, "")
             final.append(rep)
@@ -637,6 +643,13 @@ def _activity(pid: int) -> tuple[int, bool]:
         return ticks, runnable
     except (OSError, IndexError, ValueError):
         return -1, False
+
+
+def _cpu_percent(start: int, end: int, seconds: float) -> int | None:
+    """CPU used between two /proc readings of a process, in percent of one CPU (None if unreadable)."""
+    if start < 0 or end < 0 or seconds <= 0:
+        return None
+    return round(100 * (end - start) / _CLK_TCK / seconds)
 
 
 def _children(pid: int) -> list[int]:

@@ -63,7 +63,7 @@ class RankSetup:
     sandbox: str
     cgroups: tuple[str, ...]  # cgroup.procs files this rank joins
     isolation: isolation.IsolationConfig | None
-    bodies: Any  # the pack's rank-side module: BODIES (kind -> body) and MODULE_OF (kind -> student module)
+    bodies: Any  # the pack's rank-side module: BODIES (kind -> body), MODULE_OF (kind -> student module or None)
 
 
 def setup_from(request: Any, rank: int, bodies: Any) -> RankSetup:
@@ -314,7 +314,9 @@ def _run_case(frame: wire.Frame, student: Student, rank_guard: guard.Guard, setu
             student.errors.setdefault(str(name), str(reason)[:2000])
     tensors: dict[str, torch.Tensor] = {}
     try:
-        student.module(setup.bodies.MODULE_OF[kind])
+        module = setup.bodies.MODULE_OF[kind]
+        if module is not None:
+            student.module(module)
         with torch.no_grad():  # grad mode is per thread
             tensors = setup.bodies.BODIES[kind](student, head.get("params", {}), frame.tensors)
         status, message = "ok", ""

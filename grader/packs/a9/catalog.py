@@ -32,8 +32,9 @@ class Case:
 
 TASK2_KINDS = frozenset({"tensor_parallel", "tensor_parallel_shards", "ulysses"})
 
-#: The Task 1 function each Task 1 kind calls: a failing case marks that function as failed, and
-#: Task 2 then runs with the grader's known-good version of it (see ``grader.packs.a9.trusted``).
+#: The student function each kind exercises.  A failing Task 1 case marks its function as failed, and
+#: Task 2 then runs with the grader's known-good version of it (see ``grader.packs.a9.trusted``); a
+#: function that hangs at a world size is not run again at that world size.
 FUNCTION_OF = {
     "broadcast": "my_broadcast",
     "broadcast_inplace": "my_broadcast",
@@ -44,6 +45,9 @@ FUNCTION_OF = {
     "reduce_scatter": "my_reduce_scatter",
     "all_to_all": "my_all_to_all",
     "all_to_all_untouched": "my_all_to_all",
+    "tensor_parallel": "forward_tensor_parallel",
+    "tensor_parallel_shards": "init_tensor_parallel_shards",
+    "ulysses": "forward_ulysses",
 }
 
 

@@ -1,0 +1,120 @@
+"""A hanging function costs seconds, not minutes (issue 16).
+
+The rule: once a function hangs at a world size, its other cases at that world size are
+``not_run`` (failed, without running); other world sizes and other functions still run, so a
+function that hangs only at some world sizes keeps the points of the others.  Each case's time
+budget fits the case (``grader.matrix.budgets``), so a slow but correct solution still passes, and a
+hang says whether each rank was spinning, idle, or blocked in a receive.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from grader.matrix.budgets import CALIBRATION_BYTES, case_budget
+from grader.packs.a9 import catalog
+from grader.runner import run_matrix
+from grader.scoring import read_junit
+
+ROOT = Path(__file__).resolve().parent.parent
+FILES = ["src/collectives.py", "src/transformer.py"]
+ALLOWED = {"1": [], "2": ["all_reduce", "all_gather"]}
+LIMITS = SimpleNamespace(case_timeout_s=10.0, case_timeout_floor_s=1.0, case_timeout_multiple=50.0)
+
+
+def sandbox(tmp_path: Path, edits: dict[str, tuple[str, str]]) -> Path:
+    box = tmp_path / "sandbox"
+    (box / "src").mkdir(parents=True)
+    (box / "src" / "__init__.py").write_text("")
+    for name in FILES:
+        text = (ROOT / "reference" / "a9" / name).read_text()
+        if name in edits:
+            old, new = edits[name]
+            assert text.count(old) == 1, old
+            text = text.replace(old, new)
+        (box / name).write_text(text)
+    return box
+
+
+def verdicts(tmp_path: Path, box: Path, only: list[str]) -> dict[str, tuple[str, str]]:
+    isolation = {"sandbox": str(box), "memory_mb": 2048, "nproc": 64, "cpu_s": 60, "file_size_mb": 64}
+    run = run_matrix(box, FILES, tmp_path / "work", {}, ALLOWED, salt="t", isolation=isolation, only=only)
+    return {name: (case.verdict.value, case.message) for name, case in read_junit(run.junit).items()}
+
+
+def body_start(function: str, insert: str) -> tuple[str, str]:
+    """An edit that runs ``insert`` first thing in the reference's ``function`` (after its docstring)."""
+    source = (ROOT / "reference" / "a9" / "src" / "collectives.py").read_text()
+    match = re.search(rf'def {function}\(.*?\) -> torch\.Tensor:\n    """.*?"""\n', source, re.DOTALL)
+    assert match is not None
+    return match.group(0), match.group(0) + insert
+
+
+# --------------------------------------------------------------------------- budgets
+
+
+def test_a_budget_is_the_floor_plus_a_multiple_of_what_the_graders_collective_needs() -> None:
+    assert case_budget(LIMITS, 0.004, 80) == pytest.approx(1.2)  # a small case: 1 + 50 x 4 ms
+    assert case_budget(LIMITS, 0.004, 8 * CALIBRATION_BYTES) == pytest.approx(2.6)  # eight times the bytes
+    assert case_budget(LIMITS, 0.05, 64 * CALIBRATION_BYTES) == 10.0  # never above case_timeout_s
+    assert case_budget(LIMITS, None, 80) == 10.0  # no calibration: the ceiling
+
+
+# --------------------------------------------------------------------------- the skip rule
+
+SPIN_AT_WS3 = body_start("my_allgather", "    while dist.get_world_size() == 3:\n        pass\n")
+
+
+def test_a_hang_at_one_world_size_skips_the_rest_of_that_world_size_only(tmp_path: Path) -> None:
+    only = [c for c in catalog.all_case_ids() if re.match(r"test_(allgather|broadcast)\[ws[23]-", c)]
+    results = verdicts(tmp_path, sandbox(tmp_path, {"src/collectives.py": SPIN_AT_WS3}), only)
+    allgather_ws3 = [c for c in only if c.startswith("test_allgather[ws3-")]
+    first, rest = allgather_ws3[0], allgather_ws3[1:]
+    assert results[first][0] == "hang"
+    skipped = ("not_run", f"my_allgather already hung at world size 3, in {first}")
+    assert rest and all(results[c] == skipped for c in rest)
+    # other world sizes and other functions still run, and earn their points
+    others = [c for c in only if c not in allgather_ws3]
+    assert {results[c][0] for c in others} == {"pass"}
+
+
+def test_a_hang_says_whether_each_rank_was_spinning_idle_or_blocked(tmp_path: Path) -> None:
+    sleeps = body_start("my_broadcast", "    if dist.get_rank() == 0:\n        __import__('time').sleep(3600)\n")
+    only = ["test_allgather[ws3-float32-4x5]", "test_broadcast[ws2-src1-float32-4x5]"]
+    box = sandbox(tmp_path, {"src/collectives.py": SPIN_AT_WS3})
+    text = (box / "src" / "collectives.py").read_text()
+    (box / "src" / "collectives.py").write_text(text.replace(*sleeps))
+    results = verdicts(tmp_path, box, only)
+    spin_verdict, spin = results[only[0]]
+    assert spin_verdict == "hang"
+    spinning = r"timed out after \d+\.\d s: rank 0 is spinning \(\d+% CPU\) at collectives\.py:\d+ in my_allgather"
+    assert re.match(spinning, spin), spin
+    idle_verdict, idle = results[only[1]]
+    assert idle_verdict == "hang"
+    # rank 0 sleeps (idle: a sleeping rank uses next to no CPU); rank 1, the source, waits to hand it the data
+    sleeping = r"rank 0 is idle \(\d% CPU\), in no send or receive .* at collectives\.py:\d+ in my_broadcast"
+    assert re.search(sleeping, idle), idle
+    assert re.search(r"rank 1 waits in send\(dst=0\) at collectives\.py:\d+ in my_broadcast \(blocked, \d% CPU\)", idle)
+
+
+# --------------------------------------------------------------------------- slow but correct
+
+TEN_TIMES = "    for _ in range(9):  # ten times the work: slow, and still right\n        _ring_allreduce(t.clone())\n"
+
+
+def test_a_correct_solution_ten_times_slower_than_the_reference_still_passes(tmp_path: Path) -> None:
+    source = (ROOT / "reference" / "a9" / "src" / "collectives.py").read_text()
+    old = "def my_allreduce(tensor: torch.Tensor) -> torch.Tensor:\n"
+    assert source.count(old) == 1
+    slow = source.replace(old, "def _ring_allreduce(tensor: torch.Tensor) -> torch.Tensor:\n")
+    slow += f"\n\n{old}    t = tensor\n{TEN_TIMES}    return _ring_allreduce(tensor)\n"
+    only = [c for c in catalog.all_case_ids() if re.match(r"test_allreduce\[ws[248]-", c)]
+    assert "test_allreduce[ws4-float32-large1M]" in only
+    box = sandbox(tmp_path, {})
+    (box / "src" / "collectives.py").write_text(slow)
+    results = verdicts(tmp_path, box, only)
+    assert {verdict for verdict, _ in results.values()} == {"pass"}, results
