@@ -18,28 +18,23 @@ from typing import Any
 
 import torch
 
-from grader.matrix.plugin import BODIES
-from grader.packs.a9 import catalog, expected
+from grader.pack import AssignmentPack, Case, load_pack
 from grader.sandbox.isolation import default_allow_read, default_hide
 from grader.sandbox.launcher import Limits, RankGroup, Sandboxing, Zygote
 
 SALT = "bench"
 
 
-def _spawned_rank(
-    rank: int, world_size: int, port: int, sandbox: str, kind: str, params: dict[str, Any], inputs: str
-) -> None:
+def _spawned_rank(rank: int, world_size: int, port: int, sandbox: str, bodies: str, case: Case, inputs: str) -> None:
+    import importlib
     import os
     import sys
 
     import torch.distributed as dist
 
-    from grader.packs.a9.bodies import BODIES
-
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": "lo"})
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     sys.path.append(sandbox)
-    import importlib
 
     class Student:
         stand_ins: dict[Any, str] = {}  # noqa: RUF012 - nothing stands in for the student here
@@ -48,7 +43,7 @@ def _spawned_rank(
             return importlib.import_module(name)
 
     tensors = torch.load(inputs, weights_only=True)[rank]  # our own file, written by the bench
-    BODIES[kind](Student(), params, tensors)
+    importlib.import_module(bodies).BODIES[case.kind](Student(), case.params, tensors)
     dist.destroy_process_group()
 
 
@@ -58,20 +53,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_spawn(cases: list[catalog.Case], sandbox: Path) -> float:
+def run_spawn(pack: AssignmentPack, cases: list[Case], sandbox: Path) -> float:
     import torch.multiprocessing as mp
 
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         for i, case in enumerate(cases):
             path = f"{tmp}/inputs{i}.pt"
-            torch.save(expected.prepare(case, SALT).inputs, path)
-            args = (case.world_size, _free_port(), str(sandbox), case.kind, case.params, path)
+            torch.save(pack.prepare(case, SALT).inputs, path)
+            args = (case.world_size, _free_port(), str(sandbox), pack.bodies, case, path)
             mp.spawn(_spawned_rank, args=args, nprocs=case.world_size, join=True)
     return time.monotonic() - t0
 
 
-def run_ours(cases: list[catalog.Case], sandbox: Path) -> tuple[float, int]:
+def run_ours(pack: AssignmentPack, cases: list[Case], sandbox: Path, policy: dict[str, list[str]]) -> tuple[float, int]:
     from grader.matrix import verdicts
 
     passed = 0
@@ -79,7 +74,13 @@ def run_ours(cases: list[catalog.Case], sandbox: Path) -> tuple[float, int]:
     isolation = {"sandbox": str(sandbox), **{k: getattr(Limits(), k) for k in ("memory_mb", "nproc", "cpu_s")}}
     isolation |= {"file_size_mb": Limits().file_size_mb, "allow_read": [str(p) for p in default_allow_read()]}
     isolation["hide"] = [str(p) for p in default_hide()]
-    zygote = Zygote(BODIES)
+    student = {
+        "placeholders": {m: list(names) for m, names in pack.placeholders.items()},
+        "imports_before": {m: list(needs) for m, needs in pack.imports_before.items()},
+        "attributed": list(pack.attributed),
+        "policy": policy,
+    }
+    zygote = Zygote(pack.bodies, pack.search_path)
     zygote.wait_ready()  # once per grading, like the session's own torch import: not a per-case cost
     sandboxing = Sandboxing.for_this_process(isolation)
     t0 = time.monotonic()
@@ -87,10 +88,11 @@ def run_ours(cases: list[catalog.Case], sandbox: Path) -> tuple[float, int]:
         for case in cases:
             group = groups.get(case.world_size)
             if group is None or not group.alive:
-                group = groups[case.world_size] = RankGroup(case.world_size, sandbox, Limits(), zygote, sandboxing)
+                group = RankGroup(case.world_size, sandbox, Limits(), zygote, sandboxing, student)
+                groups[case.world_size] = group
                 group.start()
-            prepared = expected.prepare(case, SALT)
-            header = {"kind": case.kind, "params": case.params, "allowed": [], "keep_events": False}
+            prepared = pack.prepare(case, SALT)
+            header = {"kind": case.kind, "module": pack.module_of[case.kind], "params": case.params}
             run = group.run_case(header, prepared.inputs, 10.0)
             passed += verdicts.decide(case, prepared, run).verdict.value == "pass"
     finally:
@@ -103,22 +105,37 @@ def run_ours(cases: list[catalog.Case], sandbox: Path) -> tuple[float, int]:
 
 
 def main(args: argparse.Namespace) -> int:
+    """``grader bench SUBMISSION``: the submission taken in as a grading takes it, then the same
+    world-size-4 cases of its pack (spread over the kinds whose module it has) under both launchers."""
+    from grader import intake
     from grader.errors import UserError
+    from grader.rubric import load_rubric
 
-    tree = Path(args.submission)
-    if not (tree / "src" / "collectives.py").exists():
-        raise UserError(f"{tree}: expected a student repo with src/collectives.py")
+    rubric = load_rubric(args.rubric)
+    pack = load_pack(rubric.assignment.pack)
     with tempfile.TemporaryDirectory(prefix="grader-bench-") as tmp:
-        sandbox = Path(tmp)
-        sandbox.chmod(0o755)  # as intake leaves a sandbox: readable by the ranks' own uids
-        (sandbox / "src").mkdir()
-        (sandbox / "src" / "__init__.py").write_text("")
-        (sandbox / "src" / "collectives.py").write_bytes((tree / "src" / "collectives.py").read_bytes())
-        # 4-rank Task 1 cases, spread over the five collectives
-        pool = [c for c in catalog.all_cases() if c.world_size == 4 and c.task == 1 and "large" not in c.id]
+        taken = intake.materialize(
+            args.submission,
+            student_files=list(rubric.student_files),
+            deliverables=[],
+            dest=Path(tmp) / "sandbox",
+            max_file_bytes=rubric.limits.file_size_mb << 20,
+            max_total_bytes=rubric.limits.submission_mb << 20,
+        )
+        present = {f for f in rubric.student_files if f in taken.present}
+        pool = [
+            c
+            for c in pack.cases()
+            if c.world_size == 4
+            and pack.file_of(pack.module_of[c.kind]) in present
+            and "large" not in c.id
+            and not c.params.get("keep_events")
+        ]
+        if not pool:
+            raise UserError(f"{args.submission}: none of the pack's world-size-4 cases can run on it")
         cases = pool[:: max(1, len(pool) // args.cases)][: args.cases]
-        spawn_s = run_spawn(cases, sandbox)
-        ours_s, passed = run_ours(cases, sandbox)
+        spawn_s = run_spawn(pack, cases, taken.sandbox)
+        ours_s, passed = run_ours(pack, cases, taken.sandbox, rubric.policy.to_dict())
     n = len(cases)
     print(f"{'launcher':<28}{'cases':>6}{'seconds':>10}{'s/case':>10}")
     print(f"{'spawn per case + TCP port':<28}{n:>6}{spawn_s:>10.2f}{spawn_s / n:>10.3f}")

@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("file", type=Path)
 
     bench = sub.add_parser("bench", help="time our launcher against spawn-per-case")
-    bench.add_argument("submission", nargs="?", default="reference/a9")
+    bench.add_argument("submission", help="a student repo, as grader grade takes it")
+    bench.add_argument("--rubric", type=Path, default=None, help="its pack's cases are timed (default rubric)")
     bench.add_argument("--cases", type=int, default=12, help="cases per launcher")
 
     batch = sub.add_parser("batch", help="grade a whole class")

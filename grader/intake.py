@@ -2,8 +2,9 @@
 
 A submission may arrive as a directory (a student repo with ``src/``, or a flat directory), a
 ``.zip``/``.tar.gz``/``.tgz``/``.tar`` archive, a git URL, a bare git repository, or a local git
-checkout.  Whatever the form, the sandbox receives the rubric's student files under ``src/`` (plus a
-fresh empty ``src/__init__.py``) and its deliverables at the top, and nothing else: a shipped
+checkout.  Whatever the form, the sandbox receives the rubric's student files at the paths the rubric
+names (every folder on the way gets a fresh empty ``__init__.py``: A9's ``src/``) and its deliverables
+at the top, and nothing else: a shipped
 ``conftest.py``, ``pytest.ini``, ``sitecustomize.py``, ``.pth`` file or ``torch/`` package never
 reaches it, because nothing is copied by pattern.
 
@@ -367,10 +368,14 @@ def _copy_all(
 ) -> dict[str, _Copied]:
     """Copy what the rubric names; return what was copied by its path in the sandbox."""
     dest.mkdir(parents=True, exist_ok=True)
-    (dest / "src").mkdir(exist_ok=True)
-    (dest / "src" / "__init__.py").write_bytes(b"")
+    for name in student_files:  # each folder of a student file is a package (``src/`` of A9), made fresh
+        folder = PurePosixPath(name).parent
+        for depth in range(1, len(folder.parts) + 1):
+            package = dest.joinpath(*folder.parts[:depth])
+            package.mkdir(exist_ok=True)
+            (package / "__init__.py").write_bytes(b"")
     copied: dict[str, _Copied] = {}
-    wanted = [(name, _student_path(root, name), f"src/{PurePosixPath(name).name}") for name in student_files]
+    wanted = [(name, _student_path(root, name), name) for name in student_files]
     places = _find_deliverables(root, deliverables, budget)
     wanted += [(name, places[name], PurePosixPath(name).name) for name in deliverables]
     missing_stems: dict[str, list[str]] = {}

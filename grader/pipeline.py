@@ -74,11 +74,12 @@ def grade(
         matrix_dir = work / "matrix"
         matrix_dir.mkdir(mode=0o700)
         run = runner.run_matrix(
-            sandbox=(taken.sandbox / "src").parent,
+            sandbox=taken.sandbox,
             present=present,
             workdir=matrix_dir,
             limits=_runner_limits(limits),
-            allowed=_allowed_by_task(rubric.policy),
+            policy=rubric.policy.to_dict(),
+            pack=rubric.assignment.pack,
             isolation=_isolation_fields(taken.sandbox, limits),
             salt=salt,
             layers={"salt": salt_layer},
@@ -112,15 +113,6 @@ def _runner_limits(limits: Any) -> dict[str, Any]:
 
     wanted = {f for f in Limits.__dataclass_fields__}
     return {k: v for k, v in asdict(limits).items() if k in wanted}
-
-
-def _allowed_by_task(policy: Any) -> dict[str, list[str]]:
-    """Built-in collectives let through at run time: none in Task 1, what the rubric allows in Task 2."""
-    task2: set[str] = set()
-    for key, rule in policy.functions.items():
-        if key.startswith("src/transformer.py"):
-            task2 |= set(rule.allowed)
-    return {"1": sorted(policy.for_function("src/collectives.py", None).allowed), "2": sorted(task2)}
 
 
 def _isolation_fields(sandbox: Path, limits: Any) -> dict[str, Any]:

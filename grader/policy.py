@@ -116,5 +116,13 @@ class Policy:
             return self.functions[f"{file}::{function}"]
         return self.functions.get(file, FunctionPolicy())
 
+    def to_dict(self) -> dict[str, list[str]]:
+        """The rubric's ``policy.allow`` form: what the matrix session and the rank guards receive."""
+        return {key: sorted(rule.allowed) for key, rule in sorted(self.functions.items())}
+
+    @classmethod
+    def from_dict(cls, allow: dict[str, list[str]]) -> Policy:
+        return cls({key: FunctionPolicy(frozenset(names)) for key, names in allow.items()})
+
 
 STRICT = Policy()

@@ -29,7 +29,6 @@ from typing import Any
 import yaml
 from jsonschema import Draft202012Validator
 
-import grader
 from grader.errors import UserError
 from grader.policy import COLLECTIVES, PROCESS_GROUP_METHODS, FunctionPolicy, Policy
 
@@ -64,6 +63,11 @@ def matches(patterns: Iterable[str], case_id: str) -> bool:
 class Assignment:
     id: str
     title: str
+    pack: str = ""  # the assignment pack whose matrix the rubric grades (grader.pack.load_pack); "" = id
+
+    def __post_init__(self) -> None:
+        if not self.pack:
+            object.__setattr__(self, "pack", self.id)
 
 
 @dataclass(frozen=True)
@@ -309,16 +313,16 @@ class Rubric:
 
 
 def default_rubric_path() -> Path:
-    """``rubrics/a9.yaml`` of a source checkout, else the copy packaged inside an installed wheel."""
-    package = Path(grader.__file__).parent
-    in_tree = package.parent / "rubrics" / "a9.yaml"
-    return in_tree if in_tree.exists() else package / "rubrics" / "a9.yaml"
+    """The default pack's rubric (``grader.pack``): what ``grader grade`` uses when given none."""
+    from grader.pack import load_pack
+
+    return load_pack(None).rubric
 
 
 def load_rubric(path: Path | None = None, case_ids: Sequence[str] | None = None) -> Rubric:
     """Load and validate a rubric; ``UserError`` lists every problem as ``FILE:LINE:COL: reason``.
 
-    ``case_ids`` are the matrix cases patterns must match; by default the matrix catalog's.
+    ``case_ids`` are the matrix cases patterns must match; by default those of the rubric's pack.
     """
     path = Path(path) if path is not None else default_rubric_path()
     try:
@@ -336,7 +340,7 @@ def _load(path: Path, raw: bytes, case_ids: Sequence[str] | None) -> Rubric:
     errors = _schema_errors(data, positions)
     if errors:
         raise UserError(_report(errors))
-    ids = tuple(case_ids) if case_ids is not None else tuple(_catalog_case_ids())
+    ids = tuple(case_ids) if case_ids is not None else _pack_case_ids(data["assignment"], positions)
     builder = _Builder(positions, ids)
     rubric = builder.rubric(data, path, "sha256:" + hashlib.sha256(raw).hexdigest())
     if builder.errors:
@@ -344,11 +348,16 @@ def _load(path: Path, raw: bytes, case_ids: Sequence[str] | None) -> Rubric:
     return rubric
 
 
-def _catalog_case_ids() -> list[str]:
-    # Imported on use: callers that pass case_ids (tests, tools) never need the matrix package.
-    from grader.packs.a9 import catalog
+def _pack_case_ids(assignment: dict[str, Any], positions: _Positions) -> tuple[str, ...]:
+    """The case ids of the rubric's pack; a pack that cannot be loaded is an error at its line."""
+    from grader.pack import load_pack
 
-    return list(catalog.all_case_ids())
+    ref = assignment.get("pack", assignment["id"])
+    try:
+        return tuple(load_pack(ref).case_ids())
+    except UserError as exc:
+        key = "pack" if "pack" in assignment else "id"
+        raise UserError(positions.error(("assignment", key), f"assignment.{key}: {exc}")[1]) from None
 
 
 def main_validate(args: argparse.Namespace) -> int:

@@ -22,12 +22,11 @@ from typing import Any
 
 from junitparser import Failure, JUnitXml, Properties, Property, TestCase, TestSuite
 
-import grader.packs.a9
 from grader.matrix.plugin import CONFIG_ENV, PARENT_ENV, MatrixConfig
+from grader.pack import AssignmentPack, load_pack
 from grader.pipeline import SALT_ENV
 from grader.results import Verdict
 
-TEST_FILE = Path(grader.packs.a9.__file__).with_name("test_a9.py")
 MAX_ROUNDS = 4
 STOP_GRACE_S = 10.0
 
@@ -46,14 +45,18 @@ def run_matrix(
     present: list[str],
     workdir: Path,
     limits: dict[str, Any],
-    allowed: dict[str, list[str]],
+    policy: dict[str, list[str]],
     salt: str,
+    *,
+    pack: str,
     isolation: dict[str, Any] | None = None,
     layers: dict[str, str] | None = None,
     total_timeout_s: float = 600.0,
     only: list[str] | None = None,
 ) -> MatrixRun:
-    """Run every case (or the ``only`` ones) and return the merged JUnit file in ``workdir``."""
+    """Run every case of ``pack`` (or the ``only`` ones) and return the merged JUnit file in ``workdir``.
+    ``policy`` is the rubric's ``policy.allow`` (``Policy.to_dict``)."""
+    assignment = load_pack(pack)
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     ledger = workdir / "ledger.jsonl"
@@ -62,23 +65,25 @@ def run_matrix(
     synthetic: list[tuple[str, str, Verdict]] = []  # cases no session decided: (case, message, verdict)
     rounds: list[Path] = []
     log = ""
-    everything = _case_names(only)
+    everything = _case_names(assignment, only)
     for round_no in range(1, MAX_ROUNDS + 1):
         junit = workdir / f"junit-round{round_no}.xml"
         config = MatrixConfig(
+            pack=pack,
+            pack_path=list(assignment.search_path),
             sandbox=str(sandbox),
             present=present,
             limits=limits,
-            allowed=allowed,
+            policy=policy,
             ledger=str(ledger),
             isolation_report=str(workdir / "isolation.json"),
             salt=salt,
-            skip=decided + [name for name in _case_names(None) if name not in everything],
+            skip=decided + [name for name in _case_names(assignment, None) if name not in everything],
             isolation=isolation or {},
             layers=layers or {},
         )
         remaining = total_timeout_s - (time.monotonic() - t0)
-        code, log = _session(config, workdir, junit, remaining)
+        code, log = _session(config, assignment.test_file, workdir, junit, remaining)
         if junit.exists():
             rounds.append(junit)
         if code in (0, 1) and junit.exists():
@@ -98,20 +103,18 @@ def run_matrix(
             f.write(json.dumps({"case": todo[0], "verdict": Verdict.CRASH.value}) + "\n")
         decided = done + [name for name, _, _ in synthetic]
     merged = workdir / "junit.xml"
-    _merge(rounds, synthetic, everything, merged)
+    _merge(rounds, synthetic, everything, merged, assignment)
     report = workdir / "isolation.json"
     layers = json.loads(report.read_text()) if report.exists() else {}
     return MatrixRun(merged, time.monotonic() - t0, len(rounds), layers, log[-4000:])
 
 
-def _case_names(only: list[str] | None) -> list[str]:
-    from grader.packs.a9.catalog import all_case_ids
-
-    names = all_case_ids()
+def _case_names(pack: AssignmentPack, only: list[str] | None) -> list[str]:
+    names = pack.case_ids()
     return [n for n in names if n in set(only)] if only else names
 
 
-def _session(config: MatrixConfig, workdir: Path, junit: Path, timeout_s: float) -> tuple[int, str]:
+def _session(config: MatrixConfig, test_file: Path, workdir: Path, junit: Path, timeout_s: float) -> tuple[int, str]:
     home = workdir / "session"
     home.mkdir(exist_ok=True)
     ini = home / "pytest.ini"
@@ -122,13 +125,13 @@ def _session(config: MatrixConfig, workdir: Path, junit: Path, timeout_s: float)
         sys.executable,
         "-m",
         "pytest",
-        str(TEST_FILE),
+        str(test_file),
         "-c",
         str(ini),
         "--rootdir",
         str(home),
         "--confcutdir",
-        str(TEST_FILE.parent),
+        str(test_file.parent),
         "--import-mode=importlib",
         "-p",
         "no:cacheprovider",
@@ -192,7 +195,13 @@ def _ledger(path: Path) -> list[dict[str, Any]]:
     return entries
 
 
-def _merge(rounds: list[Path], synthetic: list[tuple[str, str, Verdict]], everything: list[str], out: Path) -> None:
+def _merge(
+    rounds: list[Path],
+    synthetic: list[tuple[str, str, Verdict]],
+    everything: list[str],
+    out: Path,
+    pack: AssignmentPack,
+) -> None:
     """One JUnit file with each case once: real results first, then synthesized crashes."""
     suite = TestSuite("grader.matrix")
     seen: set[str] = set()
@@ -204,10 +213,11 @@ def _merge(rounds: list[Path], synthetic: list[tuple[str, str, Verdict]], everyt
     for name, message, verdict in synthetic:
         if name not in seen:
             seen.add(name)
-            suite.add_testcase(synthesized_case(name, verdict, message))
+            suite.add_testcase(synthesized_case(name, verdict, message, pack))
     for name in everything:
         if name not in seen:
-            suite.add_testcase(synthesized_case(name, Verdict.ERROR, "not run: the grading session ended early"))
+            message = "not run: the grading session ended early"
+            suite.add_testcase(synthesized_case(name, Verdict.ERROR, message, pack))
     suite.update_statistics()
     xml = JUnitXml()
     xml.add_testsuite(suite)
@@ -221,8 +231,8 @@ def _cases(xml: Any) -> list[TestCase]:
     return [case for suite in suites for case in suite]
 
 
-def synthesized_case(name: str, verdict: Verdict, message: str) -> TestCase:
-    case = TestCase(name, classname="grader.packs.a9.test_a9")
+def synthesized_case(name: str, verdict: Verdict, message: str, pack: AssignmentPack) -> TestCase:
+    case = TestCase(name, classname=pack.test_file.stem)
     case.result = [Failure(message)]
     props = Properties()
     props.add_property(Property("verdict", verdict.value))

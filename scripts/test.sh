@@ -8,5 +8,6 @@ bash scripts/install-chromium.sh
 bash scripts/install-actionlint.sh
 ruff check .
 mypy
+lint-imports  # the engine never imports an assignment pack (pyproject.toml, [tool.importlinter])
 # shellcheck disable=SC2086
 exec python3 -m pytest -q ${PYTEST_ARGS:-}

@@ -22,7 +22,7 @@ from grader.scoring import read_junit
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["src/collectives.py", "src/transformer.py"]
-ALLOWED = {"1": [], "2": ["all_reduce", "all_gather"]}
+POLICY = {"src/transformer.py": ["all_reduce", "all_gather"]}  # the rubric's policy.allow
 LIMITS = SimpleNamespace(case_timeout_s=10.0, case_timeout_floor_s=1.0, case_timeout_multiple=50.0)
 
 
@@ -42,7 +42,7 @@ def sandbox(tmp_path: Path, edits: dict[str, tuple[str, str]]) -> Path:
 
 def verdicts(tmp_path: Path, box: Path, only: list[str]) -> dict[str, tuple[str, str]]:
     isolation = {"sandbox": str(box), "memory_mb": 2048, "nproc": 64, "cpu_s": 60, "file_size_mb": 64}
-    run = run_matrix(box, FILES, tmp_path / "work", {}, ALLOWED, salt="t", isolation=isolation, only=only)
+    run = run_matrix(box, FILES, tmp_path / "work", {}, POLICY, salt="t", pack="a9", isolation=isolation, only=only)
     return {name: (case.verdict.value, case.message) for name, case in read_junit(run.junit).items()}
 
 
@@ -91,8 +91,8 @@ def test_a_hang_says_whether_each_rank_was_spinning_idle_or_blocked(tmp_path: Pa
     results = verdicts(tmp_path, box, only)
     spin_verdict, spin = results[only[0]]
     assert spin_verdict == "hang"
-    spinning = r"timed out after \d+\.\d s: rank 0 is spinning \(\d+% CPU\) at collectives\.py:\d+ in my_allgather"
-    assert re.match(spinning, spin), spin
+    assert spin.startswith("timed out after ")
+    assert re.search(r"rank \d is spinning \(\d+% CPU\) at collectives\.py:\d+ in my_allgather", spin), spin
     idle_verdict, idle = results[only[1]]
     assert idle_verdict == "hang"
     # rank 0 sleeps (idle: a sleeping rank uses next to no CPU); rank 1, the source, waits to hand it the data

@@ -14,7 +14,7 @@ from grader.scoring import read_junit
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["src/collectives.py", "src/transformer.py"]
-ALLOWED = {"1": [], "2": ["all_reduce", "all_gather"]}
+POLICY = {"src/transformer.py": ["all_reduce", "all_gather"]}  # the rubric's policy.allow
 
 
 def sandbox_of(tmp_path: Path, tree: Path, patch: dict[str, tuple[str, str]] | None = None) -> Path:
@@ -37,7 +37,9 @@ def isolated(box: Path) -> dict[str, object]:
 
 
 def verdicts(tmp_path: Path, box: Path, only: list[str] | None = None) -> dict[str, tuple[str, str]]:
-    run = run_matrix(box, FILES, tmp_path / "work", {}, ALLOWED, salt="test", isolation=isolated(box), only=only)
+    run = run_matrix(
+        box, FILES, tmp_path / "work", {}, POLICY, salt="test", pack="a9", isolation=isolated(box), only=only
+    )
     return {name: (case.verdict.value, case.message) for name, case in read_junit(run.junit).items()}
 
 
@@ -169,7 +171,9 @@ def test_a_task1_defect_is_charged_once_task2_runs_with_the_graders_known_good_f
         "test_trace_tensor_parallel[ws4]",
     ]
     box = sandbox_of(tmp_path, ROOT / "reference/a9", {"src/collectives.py": WRONG_ALLREDUCE})
-    run = run_matrix(box, FILES, tmp_path / "work", {}, ALLOWED, salt="test", isolation=isolated(box), only=only)
+    run = run_matrix(
+        box, FILES, tmp_path / "work", {}, POLICY, salt="test", pack="a9", isolation=isolated(box), only=only
+    )
     cases = read_junit(run.junit)
     assert cases[only[0]].verdict.value == "wrong"
     assert cases[only[1]].verdict.value == "pass"
@@ -249,7 +253,9 @@ def test_five_runs_give_identical_verdicts(tmp_path: Path) -> None:
 def traces(tmp_path: Path, tree: str) -> dict[str, dict]:
     only = ["test_trace_broadcast[ws8]", "test_trace_allreduce[ws8]"]
     box = sandbox_of(tmp_path / tree, ROOT / tree)
-    run = run_matrix(box, FILES, tmp_path / tree / "work", {}, ALLOWED, salt="test", isolation=isolated(box), only=only)
+    run = run_matrix(
+        box, FILES, tmp_path / tree / "work", {}, POLICY, salt="test", pack="a9", isolation=isolated(box), only=only
+    )
     cases = read_junit(run.junit)
     assert {case.verdict.value for case in cases.values()} == {"pass"}
     return {name: case.trace or {} for name, case in cases.items()}

@@ -51,7 +51,9 @@ def test_an_evasion_never_passes_at_run_time(tmp_path: Path, path: Path) -> None
     assert function is not None
     isolation = {"sandbox": str(box), "memory_mb": 2048, "nproc": 64, "cpu_s": 60, "file_size_mb": 64}
     only = [CASE_OF[function]]
-    run = run_matrix(box, ["src/collectives.py"], tmp_path / "work", {}, {}, salt="s", isolation=isolation, only=only)
+    run = run_matrix(
+        box, ["src/collectives.py"], tmp_path / "work", {}, {}, salt="s", pack="a9", isolation=isolation, only=only
+    )
     (case,) = read_junit(run.junit).values()
     if path.stem not in NOT_A_CALL:
         assert case.verdict.value in ("forbidden", "tampering"), case.message

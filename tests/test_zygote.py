@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from grader.matrix.plugin import BODIES
+from grader.pack import load_pack
 from grader.pipeline import SALT_ENV
 from grader.sandbox.launcher import Zygote
+
+BODIES = load_pack("a9").bodies
 
 #: The only grader modules a rank process may hold: the rank runtime and the pack's rank-side bodies.
 RANK_RUNTIME = {

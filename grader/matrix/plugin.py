@@ -14,15 +14,21 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from grader.matrix.budgets import CALIBRATION_BYTES, case_budget
+from grader.pack import Case, Prepared
+from grader.policy import Policy
 from grader.results import Verdict
+
+if TYPE_CHECKING:
+    from grader.matrix.verdicts import Decision
 
 CONFIG_ENV = "GRADER_MATRIX_CONFIG"
 PARENT_ENV = "GRADER_MATRIX_PARENT"  # the runner's pid: the session dies with it
@@ -32,13 +38,15 @@ PARENT_ENV = "GRADER_MATRIX_PARENT"  # the runner's pid: the session dies with i
 class MatrixConfig:
     """What the runner tells the session (see ``grader.runner.run_matrix``)."""
 
+    pack: str  # the assignment pack's reference (``grader.pack.load_pack``)
+    pack_path: list[str]  # where a pack that is not installed is imported from (its ``search_path``)
     sandbox: str
     present: list[str]  # student files the intake found, e.g. ["src/collectives.py"]
     limits: dict[str, Any]
-    allowed: dict[str, list[str]]  # task ("1"/"2") -> built-in collectives the policy lets through
+    policy: dict[str, list[str]]  # the rubric's policy.allow: built-in collectives each function may call
     ledger: str
     isolation_report: str
-    salt: str  # keys every input (see grader.packs.a9.expected); never leaves this process
+    salt: str  # keys every input (the pack's ``prepare``); never leaves this process
     skip: list[str] = field(default_factory=list)  # case names already decided by an earlier round
     isolation: dict[str, Any] = field(default_factory=dict)  # IsolationConfig fields, or {} for none
     layers: dict[str, str] = field(default_factory=dict)  # layers the runner reports (the salt's)
@@ -48,32 +56,32 @@ class MatrixConfig:
         return cls(**json.loads(Path(os.environ[CONFIG_ENV]).read_text()))
 
 
-BODIES = "grader.packs.a9.bodies"  # the pack's rank-side module: all the zygote imports of it
-
-
 class MatrixSession:
     def __init__(self, config: MatrixConfig) -> None:
+        from grader.pack import load_pack
         from grader.sandbox.launcher import Limits, Sandboxing, Zygote
 
         self.config = config
+        sys.path[:0] = [p for p in config.pack_path if p not in sys.path]
+        self.pack = load_pack(config.pack)
+        self.policy = Policy.from_dict(config.policy)
         self.limits = Limits(**config.limits)
         self.sandbox = Path(config.sandbox)
-        self.zygote = Zygote(BODIES)  # starts importing torch while this process does the same
+        # starts importing torch while this process does the same
+        self.zygote = Zygote(self.pack.bodies, self.pack.search_path)
         self.sandboxing = Sandboxing.for_this_process(self._isolation())
         self.groups: dict[int, Any] = {}
         self.import_failures: dict[str, tuple[Verdict, str]] = {}
         self.start_failures: dict[int, str] = {}  # world size -> why its group could not start
         self.layers: dict[str, str] = dict(config.layers)
-        self.failed_functions: set[str] = set()  # Task 1 functions with a failing case
+        self.failed_functions: set[str] = set()  # functions with a failing case that a stand-in may replace
         self.hung: dict[tuple[str, int], str] = {}  # (function, world size) -> the case that hung
         self.calibration: dict[int, float | None] = {}  # world size -> seconds of the calibration allreduce
         self._replay_ledger()
 
     def _replay_ledger(self) -> None:
         """What the cases an earlier round decided say about the ones left (the ledger is ours)."""
-        from grader.packs.a9.catalog import all_cases
-
-        cases = {case.name: case for case in all_cases()}
+        cases = {case.name: case for case in self.pack.cases()}
         for line in Path(self.config.ledger).read_text().splitlines():
             try:
                 entry = json.loads(line)
@@ -83,36 +91,30 @@ class MatrixSession:
             if case is not None:
                 self._learn(case, verdict)
 
-    def _learn(self, case: Any, verdict: Verdict) -> None:
-        """A Task 1 function with a failing case is replaced in Task 2; a function that hung at a world
-        size is not run again at that world size (its other cases there are ``not_run``)."""
-        from grader.packs.a9.catalog import FUNCTION_OF
-
-        function = FUNCTION_OF[case.kind]
-        if case.task == 1 and verdict is not Verdict.PASS:
+    def _learn(self, case: Case, verdict: Verdict) -> None:
+        """A function with a failing case is replaced by the grader's own where the pack allows it; a
+        function that hung at a world size is not run again at that world size (``not_run``)."""
+        function = self.pack.function_of[case.kind]
+        if verdict is not Verdict.PASS and any(function in names for names in self.pack.stand_ins.values()):
             self.failed_functions.add(function)
         if verdict is Verdict.HANG:
             self.hung.setdefault((function, case.world_size), case.name)
 
-    def check(self, case: Any, record: Callable[[str, object], None]) -> None:
+    def check(self, case: Case, record: Callable[[str, object], None]) -> None:
         from grader.matrix import verdicts
-        from grader.packs.a9 import expected
-        from grader.packs.a9.bodies import MODULE_OF
         from grader.sandbox.launcher import GroupStartError
 
-        module = MODULE_OF[case.kind]
-        assert module is not None  # only the calibration runs without a student module, and it is no case
+        module = self.pack.module_of[case.kind]
         decision = self._precheck(module) or self._skipped(case)
         if decision is None:
-            prepared = expected.prepare(case, self.config.salt)
+            prepared = self.pack.prepare(case, self.config.salt)
             try:
                 run = self._run(case, prepared)
             except GroupStartError as exc:  # before any student code ran: the grader's failure
                 self.start_failures[case.world_size] = exc.reason
                 decision = verdicts.Decision(Verdict.ERROR, f"the grader could not start the ranks: {exc.reason}")
             else:
-                allowed = frozenset(self.config.allowed.get(str(case.task), []))
-                decision = verdicts.decide(case, prepared, run, allowed)
+                decision = verdicts.decide(case, prepared, run, self._allowed(case))
                 self._remember_import_failure(module, decision, run)
         self._learn(case, decision.verdict)
         record("verdict", decision.verdict.value)
@@ -125,10 +127,15 @@ class MatrixSession:
             details = f"\n{decision.details}" if decision.details else ""
             pytest.fail(f"[{decision.verdict.value}] {decision.message}{details}", pytrace=False)
 
-    def _precheck(self, module: str) -> Any:
+    def _allowed(self, case: Case) -> frozenset[str]:
+        """The built-in collectives the rubric lets the case's function call: what may show on the wire."""
+        file = self.pack.file_of(self.pack.module_of[case.kind])
+        return self.policy.for_function(file, self.pack.function_of[case.kind]).allowed
+
+    def _precheck(self, module: str) -> Decision | None:
         from grader.matrix.verdicts import Decision
 
-        file = module.replace(".", "/") + ".py"
+        file = self.pack.file_of(module)
         if file not in self.config.present:
             return Decision(Verdict.MISSING, f"{file.split('/')[-1]} is missing from the submission")
         if module in self.import_failures:
@@ -136,46 +143,51 @@ class MatrixSession:
             return Decision(verdict, message)
         return None
 
-    def _skipped(self, case: Any) -> Any:
+    def _skipped(self, case: Case) -> Decision | None:
         """``not_run`` when the case's function already hung at its world size: one timeout is enough to
         know, and the next would cost the same again."""
         from grader.matrix.verdicts import Decision
-        from grader.packs.a9.catalog import FUNCTION_OF
 
-        function = FUNCTION_OF[case.kind]
+        function = self.pack.function_of[case.kind]
         hung = self.hung.get((function, case.world_size))
         if hung is None:
             return None
         return Decision(Verdict.NOT_RUN, f"{function} already hung at world size {case.world_size}, in {hung}")
 
-    def _remember_import_failure(self, module: str, decision: Any, run: Any) -> None:
+    def _remember_import_failure(self, module: str, decision: Decision, run: Any) -> None:
         """An import that failed or hung fails every later case of that module without a rerun."""
         if decision.verdict is Verdict.IMPORT_ERROR:
             self.import_failures[module] = (decision.verdict, decision.message)
         elif decision.verdict is Verdict.HANG and any(r.blocked_in.startswith("importing") for r in run.ranks):
             self.import_failures[module] = (Verdict.HANG, "the import never finished: " + decision.message)
 
-    def _run(self, case: Any, prepared: Any) -> Any:
+    def _run(self, case: Case, prepared: Prepared) -> Any:
         from grader.sandbox.launcher import GroupStartError, RankGroup
 
         group = self.groups.get(case.world_size)
         if case.world_size in self.start_failures:  # once is enough: a grader fault does not heal
             raise GroupStartError(self.start_failures[case.world_size])
         if group is None or not group.alive:
-            group = RankGroup(case.world_size, self.sandbox, self.limits, self.zygote, self.sandboxing)
+            student = {
+                "placeholders": {m: list(names) for m, names in self.pack.placeholders.items()},
+                "imports_before": {m: list(needs) for m, needs in self.pack.imports_before.items()},
+                "attributed": list(self.pack.attributed),
+                "policy": self.config.policy,
+            }
+            group = RankGroup(case.world_size, self.sandbox, self.limits, self.zygote, self.sandboxing, student)
             group.start()
             self.groups[case.world_size] = group
             self.layers.update(group.layers)
             if case.world_size not in self.calibration:
                 self.calibration[case.world_size] = self._calibrate(group)
         params = case.params
-        trusted = self._trusted() if case.task == 2 else []
-        if trusted:  # a Task 1 defect is charged once, in Task 1
+        trusted = self._trusted(case)
+        if trusted:  # one defect is charged once: the grader's own versions stand in for failed functions
             params = {**params, "trusted": trusted}
         header = {
             "kind": case.kind,
+            "module": self.pack.module_of[case.kind],
             "params": params,
-            "allowed": self.config.allowed.get(str(case.task), []),
             "keep_events": bool(case.params.get("keep_events")),
             "broken": {module: message for module, (_, message) in self.import_failures.items()},
         }
@@ -183,30 +195,32 @@ class MatrixSession:
         return group.run_case(header, prepared.inputs, budget)
 
     def _calibrate(self, group: Any) -> float | None:
-        """Seconds the grader's own allreduce of CALIBRATION_BYTES per rank takes in this group (the
+        """Seconds the runtime's own allreduce of CALIBRATION_BYTES per rank takes in this group (the
         median of three), before any student code is imported into it; None if it could not run
         (see ``grader.matrix.budgets``)."""
         import torch
 
         x = torch.zeros(CALIBRATION_BYTES // 4)
-        header = {"kind": "calibrate", "params": {}, "allowed": [], "keep_events": False, "broken": {}}
         times = []
         for _ in range(3):
-            run = group.run_case(header, [{"x": x}] * group.world_size, self.limits.case_timeout_s)
+            run = group.run_case({"op": "calibrate"}, [{"x": x}] * group.world_size, self.limits.case_timeout_s)
             if any(rep.status != "ok" for rep in run.ranks):
                 return None
             times.append(run.seconds)
         return sorted(times)[1]
 
-    def _trusted(self) -> list[str]:
-        """Task 1 functions that failed a case, or whose module is missing or did not import."""
-        from grader.packs.a9.bodies import MODULE_OF
-        from grader.packs.a9.catalog import FUNCTION_OF, TASK2_KINDS
-
-        modules = {module for module in MODULE_OF.values() if module is not None}
-        broken = {module for module in modules if self._precheck(module) is not None}
-        task1 = {kind: fn for kind, fn in FUNCTION_OF.items() if kind not in TASK2_KINDS}
-        return sorted(self.failed_functions | {fn for kind, fn in task1.items() if MODULE_OF[kind] in broken})
+    def _trusted(self, case: Case) -> list[str]:
+        """The functions the grader's own versions replace in this case: those the pack allows here
+        that failed a case, or whose module is missing or did not import."""
+        replaceable = self.pack.stand_ins.get(case.kind, frozenset())
+        if not replaceable:
+            return []
+        broken = {
+            self.pack.function_of[kind]
+            for kind, module in self.pack.module_of.items()
+            if self._precheck(module) is not None
+        }
+        return sorted(replaceable & (self.failed_functions | broken))
 
     def _isolation(self) -> dict[str, Any] | None:
         """IsolationConfig fields every rank shares (its scratch and uid are the group's business)."""
@@ -262,7 +276,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 @pytest.fixture
-def check(record_property: Callable[[str, object], None]) -> Callable[[Any], None]:
+def check(record_property: Callable[[str, object], None]) -> Callable[[Case], None]:
     assert _SESSION is not None
     session = _SESSION
     return lambda case: session.check(case, record_property)

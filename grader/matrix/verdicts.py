@@ -23,8 +23,7 @@ from typing import Any
 
 import torch
 
-from grader.packs.a9.catalog import Case
-from grader.packs.a9.expected import Prepared
+from grader.pack import Case, Prepared
 from grader.results import Verdict
 from grader.sandbox.launcher import CaseRun, RankReport, explains
 from grader.sandbox.traffic import Traffic
@@ -92,7 +91,7 @@ def decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str]
             f"right values, but not every rank exchanged data through {required}, which the handout requires here",
             trace,
         )
-    if case.task == 1 and case.world_size > 1 and not _communicated(run):
+    if case.params.get("must_communicate") and case.world_size > 1 and not _communicated(run):
         if _measured(run.traffic):
             return Decision(
                 Verdict.TAMPERING, "the ranks agreed without exchanging a single byte: the data came another way", trace

@@ -33,11 +33,9 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from torch._C import _distributed_c10d as _c10d_ext
 
-from grader.policy import COLLECTIVES, PROCESS_GROUP_METHODS
+from grader.policy import COLLECTIVES, PROCESS_GROUP_METHODS, Policy
 
 MAX_EVENTS = 20_000
-#: The student's Task 1 functions; the trace notes which of them a message was sent under.
-STUDENT_COLLECTIVES = ("my_broadcast", "my_allreduce", "my_allgather", "my_reduce_scatter", "my_all_to_all")
 _OP_KEYWORDS = ("reduce", "gather", "scatter", "broadcast", "all_to_all", "alltoall", "barrier")
 
 
@@ -84,6 +82,7 @@ class _Context:
     """The student's place on the stack when a rank communicates."""
 
     function: str | None = None  # the innermost student function
+    file: str = ""  # its file, relative to the sandbox ("src/transformer.py"): the policy's key
     where: str = ""  # "file:line" of its frame
     collective: str | None = None  # the innermost my_* collective, the student's or a stand-in's
     stand_in: str = ""  # set when that collective is the grader's known-good one
@@ -112,11 +111,14 @@ class _Call:
 class Guard:
     """The installed guard of one rank process.  ``begin_case`` resets the trace and policy."""
 
-    def __init__(self, rank: int, sandbox: str, status: Callable[[int, str], None]) -> None:
+    def __init__(
+        self, rank: int, sandbox: str, status: Callable[[int, str], None], attributed: list[str], policy: Policy
+    ) -> None:
         self.rank = rank
         self.sandbox = sandbox
         self.status = status  # (StatusSlot state, description) -> None; writes the rank's slot
-        self.allowed: frozenset[str] = frozenset()
+        self.attributed = frozenset(attributed)  # the student functions a message is attributed to
+        self.policy = policy  # which built-in collectives which student function may call
         self.trace = Trace(rank=rank)
         self.keep_events = False
         self.pending: dict[int, str] = {}  # id(work) -> what waiting on it means
@@ -124,9 +126,8 @@ class Guard:
         #: code object of a grader function standing in for a student's Task 1 function -> its name
         self.stand_ins: dict[Any, str] = {}
 
-    def begin_case(self, allowed: frozenset[str], keep_events: bool, t0: float) -> None:
+    def begin_case(self, keep_events: bool, t0: float) -> None:
         """Reset for a new case; ``t0`` is the runner's monotonic clock at case start."""
-        self.allowed = allowed
         self.keep_events = keep_events
         self.trace = Trace(rank=self.rank, t0=t0)
         self.pending.clear()
@@ -153,8 +154,9 @@ class Guard:
             if code.co_filename.startswith(self.sandbox):
                 if context.function is None:
                     context.function = code.co_name
+                    context.file = code.co_filename[len(self.sandbox) :].lstrip("/")
                     context.where = f"{code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}"
-                if context.collective is None and code.co_name in STUDENT_COLLECTIVES:
+                if context.collective is None and code.co_name in self.attributed:
                     context.collective = code.co_name
             elif context.collective is None and code in self.stand_ins:
                 context.collective = context.stand_in = self.stand_ins[code]
@@ -213,14 +215,13 @@ class Guard:
 
         @functools.wraps(original, updated=())  # not the original's __dict__: an op's .default is a route
         def stub(*args: Any, **kwargs: Any) -> Any:
-            if name in guard.allowed:
+            context = guard._context()
+            if name in guard.policy.for_function(context.file, context.function).allowed:
                 guard.trace.collectives.append(name)
-                collective = guard._context().collective
-                if collective:
-                    guard.trace.student_functions.add(collective)
+                if context.collective:
+                    guard.trace.student_functions.add(context.collective)
                 with guard.blocked(f"{qualname}()"):
                     return original(*args, **kwargs)
-            context = guard._context()
             message = f"{qualname}() is a built-in collective, which this task forbids" + (
                 f" (called at {context.where} in {context.function})" if context.where else ""
             )
@@ -245,9 +246,11 @@ def _canonical(name: str) -> str:
     return aliases.get(base, base)
 
 
-def install(rank: int, sandbox: str, status: Callable[[int, str], None]) -> Guard:
-    """Patch every collective entry point and the point-to-point functions; return the guard."""
-    guard = Guard(rank, sandbox, status)
+def install(rank: int, sandbox: str, status: Callable[[int, str], None], student: Any) -> Guard:
+    """Patch every collective entry point and the point-to-point functions; return the guard.
+    ``student`` is the rank's ``StudentConfig``: which functions messages are attributed to, and
+    the rubric's policy, which decides per student function (the innermost one calling)."""
+    guard = Guard(rank, sandbox, status, list(student.attributed), Policy.from_dict(student.policy))
 
     def forbid(owner: Any, attr: str, qualname: str) -> None:
         original = getattr(owner, attr, None)

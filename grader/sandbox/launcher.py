@@ -45,7 +45,7 @@ from grader.sandbox.status import StatusSlot
 from grader.sandbox.traffic import Capture, Traffic
 from grader.sandbox.zygote import GroupRequest
 
-STACK_WAIT_S = 0.5
+STACK_WAIT_S = 1.0  # a spinning rank on a loaded machine can take a while to be scheduled and dump
 FAILURE_GRACE_S = 0.3
 DEATH_WAIT_S = 1.0  # for init's word on how a rank whose pipe closed ended
 SETTLE_S = 0.2  # for data still crossing after every rank replied (an isend nobody waited for)
@@ -136,12 +136,15 @@ class Sandboxing:
 class Zygote:
     """The session's zygote process (``grader.sandbox.zygote``)."""
 
-    def __init__(self, bodies: str) -> None:
+    def __init__(self, bodies: str, search_path: tuple[str, ...] = ()) -> None:
+        """``bodies``: the pack's rank-side module; ``search_path``: where a pack that is not installed
+        lives (the zygote runs with ``-I``, so nothing else is on its path)."""
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
         env["GLOO_SOCKET_IFNAME"] = "lo"
         cmd = [sys.executable, "-I", "-m", "grader.sandbox.zygote", "--parent", str(os.getpid())]
         cmd += ["--socket", str(theirs.fileno()), "--bodies", bodies]
+        cmd += [f"--path={path}" for path in search_path]
         self.proc = subprocess.Popen(cmd, env=env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, cwd="/")
         theirs.close()
         self._ready = False
@@ -194,13 +197,22 @@ class _Rank:
 
 class RankGroup:
     def __init__(
-        self, world_size: int, sandbox: Path, limits: Limits, zygote: Zygote, sandboxing: Sandboxing
+        self,
+        world_size: int,
+        sandbox: Path,
+        limits: Limits,
+        zygote: Zygote,
+        sandboxing: Sandboxing,
+        student: dict[str, Any],
     ) -> None:
+        """``student``: the ranks' ``StudentConfig`` fields (placeholders, imports_before, attributed,
+        policy), from the pack and the rubric."""
         self.world_size = world_size
         self.sandbox = sandbox
         self.limits = limits
         self.zygote = zygote
         self.sandboxing = sandboxing
+        self.student = student
         self.layers: dict[str, str] = {}
         self._dir = Path(tempfile.mkdtemp(prefix=f"grader-ws{world_size}-"))
         os.chmod(self._dir, 0o711)  # a rank must reach the FileStore while it is still root
@@ -260,6 +272,7 @@ class RankGroup:
             isolation=sb.isolation,
             pid_namespace=sb.pid_namespace,
             netns=self._network is not None,
+            student=self.student,
         )
         try:
             self._leader = self.zygote.spawn(request, theirs)
@@ -336,7 +349,7 @@ class RankGroup:
 
     # --- one case ------------------------------------------------------------------------------
     def run_case(self, header: dict[str, Any], inputs: list[dict[str, torch.Tensor]], timeout_s: float) -> CaseRun:
-        header = {**header, "op": "case", "t0": time.monotonic()}
+        header = {"op": "case", **header, "t0": time.monotonic()}
         frames = [wire.encode(header, inputs[r]) for r in range(self.world_size)]
         for rk in self._ranks:
             rk.status.set(StatusSlot.RUNNING, "")

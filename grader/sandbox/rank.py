@@ -39,8 +39,6 @@ import torch.distributed as dist
 from grader.sandbox import audit, guard, isolation, syscalls, wire
 from grader.sandbox.status import StatusSlot
 
-#: What the placeholder of a ``collectives.py`` that failed to import offers: each raises, saying why.
-COLLECTIVE_NAMES = ("my_broadcast", "my_allreduce", "my_allgather", "my_reduce_scatter", "my_all_to_all")
 MAX_CONTROL_FRAME = 1 << 30
 
 
@@ -56,6 +54,16 @@ class RankPipes:
 
 
 @dataclass(frozen=True)
+class StudentConfig:
+    """What the pack says about its student code, as the session sent it (``grader.pack``)."""
+
+    placeholders: dict[str, list[str]]  # module -> names a placeholder offers when it failed to import
+    imports_before: dict[str, list[str]]  # module -> modules imported (or replaced by a placeholder) first
+    attributed: list[str]  # student functions the messages this rank sends are attributed to
+    policy: dict[str, list[str]]  # the rubric's policy.allow: which built-in collectives which function may call
+
+
+@dataclass(frozen=True)
 class RankSetup:
     rank: int
     world_size: int
@@ -63,7 +71,8 @@ class RankSetup:
     sandbox: str
     cgroups: tuple[str, ...]  # cgroup.procs files this rank joins
     isolation: isolation.IsolationConfig | None
-    bodies: Any  # the pack's rank-side module: BODIES (kind -> body), MODULE_OF (kind -> student module or None)
+    bodies: Any  # the pack's rank-side module: BODIES (kind -> body)
+    student: StudentConfig
 
 
 def setup_from(request: Any, rank: int, bodies: Any) -> RankSetup:
@@ -76,7 +85,10 @@ def setup_from(request: Any, rank: int, bodies: Any) -> RankSetup:
         fields["allow_read"] = tuple(Path(p) for p in fields["allow_read"])
         fields["hide"] = tuple(Path(p) for p in fields["hide"])
         cfg = isolation.IsolationConfig(**fields)
-    return RankSetup(rank, request.world_size, request.store, request.sandbox, tuple(own["cgroups"]), cfg, bodies)
+    student = StudentConfig(**request.student)
+    return RankSetup(
+        rank, request.world_size, request.store, request.sandbox, tuple(own["cgroups"]), cfg, bodies, student
+    )
 
 
 def preload() -> None:
@@ -89,12 +101,17 @@ class StudentImportError(Exception):
 
 
 class Student:
-    """Lazily imported student modules.  A broken ``collectives.py`` is replaced by a placeholder
-    so that ``transformer.py`` (which imports ``my_all_to_all`` from it) can still be graded."""
+    """Lazily imported student modules.  A module another one imports first (the pack's
+    ``imports_before``) that is broken is replaced by a placeholder offering the pack's names, each
+    raising with the reason, so the importing module can still be graded (A9: ``transformer.py``
+    imports ``my_all_to_all`` from ``collectives.py``)."""
 
-    def __init__(self, sandbox: str, status: StatusSlot, stand_ins: dict[Any, str] | None = None) -> None:
+    def __init__(
+        self, sandbox: str, status: StatusSlot, config: StudentConfig, stand_ins: dict[Any, str] | None = None
+    ) -> None:
         self.sandbox = sandbox
         self.status = status
+        self.config = config
         self.errors: dict[str, str] = {}
         #: the guard's registry: a body that runs a grader function in place of a student's registers
         #: its code object here, so the messages it sends are attributed to the name it stands for
@@ -109,8 +126,8 @@ class Student:
 
         self.status.set(StatusSlot.IMPORTING, f"importing {name}")
         try:
-            if name == "src.transformer":
-                self.module_or_placeholder("src.collectives")
+            for needed in self.config.imports_before.get(name, []):
+                self.module_or_placeholder(needed)
             return importlib.import_module(name)
         except BaseException as exc:  # a student module may raise anything, SystemExit included
             self.errors[name] = describe_import_error(exc, self.sandbox)
@@ -123,10 +140,10 @@ class Student:
         try:
             self.module(name)
         except StudentImportError as exc:
-            sys.modules[name] = _placeholder(name, str(exc))
+            sys.modules[name] = _placeholder(name, str(exc), self.config.placeholders.get(name, []))
 
 
-def _placeholder(name: str, reason: str) -> Any:
+def _placeholder(name: str, reason: str, names: list[str]) -> Any:
     import types
 
     module = types.ModuleType(name)
@@ -135,7 +152,7 @@ def _placeholder(name: str, reason: str) -> Any:
         # not a StudentImportError: the caller's module did import, only this call fails
         raise RuntimeError(f"{name.split('.')[-1]}.py could not be imported: {reason}")
 
-    for fn in COLLECTIVE_NAMES:
+    for fn in names:
         setattr(module, fn, unavailable)
     return module
 
@@ -240,11 +257,11 @@ def _serve(setup: RankSetup, pipes: RankPipes) -> None:
     )
     sockets = isolation.tcp_connections()
     layers = dict(isolation.enter(cfg)) if cfg is not None else {"isolation": "off: no isolation configured"}
-    rank_guard = guard.install(setup.rank, setup.sandbox, status.set)
+    rank_guard = guard.install(setup.rank, setup.sandbox, status.set, setup.student)
     layers["seccomp"] = syscalls.install()
     layers["audit_hooks"] = audit.install()
     sys.path.append(setup.sandbox)  # appended: the student's package never shadows site-packages
-    student = Student(setup.sandbox, status, rank_guard.stand_ins)
+    student = Student(setup.sandbox, status, setup.student, rank_guard.stand_ins)
     cases = _StudentThread()
     out = os.fdopen(pipes.result, "wb", buffering=0)
     out.write(wire.encode({"status": "ready", "isolation": layers, "connections": sockets}))
@@ -252,10 +269,13 @@ def _serve(setup: RankSetup, pipes: RankPipes) -> None:
     reader = wire.FrameReader(max_bytes=MAX_CONTROL_FRAME)
     while True:
         frame = _read_frame(control, reader)
-        if frame is None or frame.header.get("op") != "case":
+        if frame is None or frame.header.get("op") not in ("case", "calibrate"):
             return
         status.set(StatusSlot.RUNNING, "")
-        reply = cases.run(_run_case, frame, student, rank_guard, setup)
+        if frame.header["op"] == "calibrate":  # the runtime's own code: no student thread needed
+            reply = _calibrate(frame, rank_guard)
+        else:
+            reply = cases.run(_run_case, frame, student, rank_guard, setup)
         status.set(StatusSlot.DONE, "")
         out.write(reply)
 
@@ -304,19 +324,37 @@ def _student_loop(box: list[Any], go: Any, done: Any) -> None:
             done.release()
 
 
+def _calibrate(frame: wire.Frame, rank_guard: guard.Guard) -> bytes:
+    """The runtime's own allreduce of the tensor the session sent (every rank sends it to every other
+    and sums what arrives).  The session times it to size each case's time budget
+    (``grader.matrix.budgets``); it runs before any student module is imported."""
+    rank_guard.begin_case(False, float(frame.header["t0"]))
+    x = frame.tensors["x"]
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    received = [x if peer == rank else torch.empty_like(x) for peer in range(world_size)]
+    works = []
+    for peer in range(world_size):
+        if peer != rank:
+            works += [dist.isend(x, dst=peer), dist.irecv(received[peer], src=peer)]
+    for work in works:
+        if work is not None:
+            work.wait()
+    torch.stack(received).sum(0)
+    return wire.encode({"status": "ok", "message": "", "trace": rank_guard.trace.summary(), "events": []})
+
+
 def _run_case(frame: wire.Frame, student: Student, rank_guard: guard.Guard, setup: RankSetup) -> bytes:
     """Run one case (on the student's thread) and encode its reply."""
     head = frame.header
-    rank_guard.begin_case(frozenset(head.get("allowed", [])), bool(head.get("keep_events")), float(head["t0"]))
+    rank_guard.begin_case(bool(head.get("keep_events")), float(head["t0"]))
     kind = head["kind"]
     for name, reason in head.get("broken", {}).items():  # failed or hung in an earlier case: never retried
         if name not in sys.modules:
             student.errors.setdefault(str(name), str(reason)[:2000])
     tensors: dict[str, torch.Tensor] = {}
     try:
-        module = setup.bodies.MODULE_OF[kind]
-        if module is not None:
-            student.module(module)
+        if head.get("module"):  # the session names the student module the case needs
+            student.module(str(head["module"]))
         with torch.no_grad():  # grad mode is per thread
             tensors = setup.bodies.BODIES[kind](student, head.get("params", {}), frame.tensors)
         status, message = "ok", ""

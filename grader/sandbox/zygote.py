@@ -33,6 +33,7 @@ import json
 import os
 import signal
 import socket
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,7 @@ class GroupRequest:
     isolation: dict[str, Any] | None  # IsolationConfig fields common to the ranks; None: no layers
     pid_namespace: bool  # root: give the group its own PID namespace
     netns: bool  # a network namespace descriptor follows the report pipe
+    student: dict[str, Any]  # how the pack's student code is laid out and judged (rank.StudentConfig)
 
     @classmethod
     def parse(cls, data: bytes) -> GroupRequest:
@@ -65,10 +67,12 @@ def main() -> None:
     parser.add_argument("--parent", type=int, required=True)
     parser.add_argument("--socket", type=int, required=True)
     parser.add_argument("--bodies", required=True, help="the pack's rank-side module, e.g. grader.packs.a9.bodies")
+    parser.add_argument("--path", action="append", default=[], help="where a pack that is not installed lives")
     args = parser.parse_args()
     from grader.sandbox import isolation
 
     isolation.die_with_parent(args.parent, signal.SIGKILL)
+    sys.path[:0] = args.path
     _preload(args.bodies)
     sock = socket.socket(fileno=args.socket)
     sock.send(json.dumps({"ready": os.getpid()}).encode())

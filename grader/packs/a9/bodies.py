@@ -159,14 +159,7 @@ def substituted(student: Student, params: dict[str, Any]) -> Iterator[None]:
             setattr(module, attr, value)
 
 
-def _calibrate(student: Student, params: dict[str, Any], t: Tensors) -> Tensors:
-    """The grader's own allreduce, timed by the session to size every case's time budget (no student code)."""
-    trusted.my_allreduce(t["x"])
-    return {}
-
-
 BODIES: dict[str, Callable[[Student, dict[str, Any], Tensors], Tensors]] = {
-    "calibrate": _calibrate,
     "broadcast": _collective("my_broadcast"),
     "allreduce": _collective("my_allreduce"),
     "allgather": _collective("my_allgather"),
@@ -180,10 +173,3 @@ BODIES: dict[str, Callable[[Student, dict[str, Any], Tensors], Tensors]] = {
     "tensor_parallel_shards": _tensor_parallel_shards,
     "ulysses": _ulysses,
 }
-
-#: The student module each kind needs; a missing or broken module fails only these cases.  The
-#: calibration needs none: it runs before any student code is imported.
-MODULE_OF: dict[str, str | None] = {
-    kind: ("src.transformer" if kind.startswith(("tensor", "ulysses")) else "src.collectives") for kind in BODIES
-}
-MODULE_OF["calibrate"] = None

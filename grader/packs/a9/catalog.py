@@ -6,28 +6,13 @@ full id is ``f"{test}[{id}]"``, exactly the JUnit testcase name pytest writes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from grader.pack import Case
 
 WORLD_SIZES = (1, 2, 3, 4, 5, 8)
 LARGE = 1 << 20  # "one large tensor (at least 1M elements)"
-
-
-@dataclass(frozen=True)
-class Case:
-    test: str  # pytest function name, e.g. "test_allreduce"
-    id: str  # parametrize id, e.g. "ws3-float64-7"
-    world_size: int
-    kind: str  # the rank-side body that runs it (grader.packs.a9.bodies.BODIES)
-    params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
-
-    @property
-    def name(self) -> str:
-        return f"{self.test}[{self.id}]"
-
-    @property
-    def task(self) -> int:
-        return 2 if self.kind in TASK2_KINDS else 1
 
 
 TASK2_KINDS = frozenset({"tensor_parallel", "tensor_parallel_shards", "ulysses"})
@@ -232,6 +217,8 @@ def all_cases() -> list[Case]:
     cases = _task1() + _task2() + _trace_probes()
     for case in cases:
         case.params["keep_events"] = case.test.startswith("test_trace_")
+        if case.kind not in TASK2_KINDS:  # "only send/recv": ranks that agree without a message cheated
+            case.params["must_communicate"] = True
     return cases
 
 

@@ -11,25 +11,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 
+from grader.pack import Case, Prepared
 from grader.packs.a9 import reference_model
-from grader.packs.a9.catalog import Case
 from grader.sandbox.wire import DTYPES
 
 _Preparer = Callable[[Case, torch.Generator], "Prepared"]
-
-
-@dataclass
-class Prepared:
-    """What the runner sends to each rank and what it expects back from each."""
-
-    inputs: list[dict[str, torch.Tensor]]
-    expected: list[dict[str, torch.Tensor]]
-    tensor_bytes: int = 0  # size of one rank's main input, the unit trace metrics are judged in
-    tolerance: dict[str, float] = field(default_factory=dict)  # rtol/atol for floating outputs
 
 
 def generator(case: Case, salt: str) -> torch.Generator:

@@ -1,0 +1,169 @@
+"""What an assignment is to the engine: data and a few functions the engine calls, never names.
+
+An :class:`AssignmentPack` holds everything that is one assignment's: its matrix of cases (pure
+data), the session-side preparation of each case's inputs and expected values, the rank-side module
+whose bodies call the student's functions, the student modules and functions each kind of case
+exercises, its default rubric, and what its reports draw.  The engine (all of ``grader/`` outside
+``grader/packs/``) reads these and nothing else about an assignment; an import-linter contract in
+``.ci/run`` keeps it from importing a pack.
+
+Packs are found by name.  The entry point group ``grader.packs`` lists the installed ones, so a
+course can ship its own pack as a separate distribution; ``module:attribute`` names one that is not
+installed (the toy pack of the engine's own tests).  The group ``grader.default_pack`` has one entry,
+``pack``: the pack ``grader grade`` uses when neither a rubric nor ``--pack`` names one.  See
+docs/ARCHITECTURE.md, "Writing a pack", for a worked example.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from grader.errors import UserError
+
+PACKS = "grader.packs"
+DEFAULT_PACK = "grader.default_pack"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One case of a matrix: run by one rank group, decided by one verdict.
+
+    ``params`` go to the rank-side body as they are.  The engine itself reads a few of them:
+    ``keep_events`` (keep the ranks' message events, for trace checks and diagrams),
+    ``must_communicate`` (at world size > 1, ranks that agree without a point-to-point message bypassed
+    send/recv), ``must_use`` (a student function every rank must exchange data through, else
+    ``not_parallel``) and ``nan_hint`` (said when a wrong output holds NaN).
+    """
+
+    test: str  # the pytest function of the pack's test file, e.g. "test_allreduce"
+    id: str  # its parametrize id, e.g. "ws3-float64-7"
+    world_size: int
+    kind: str  # which rank-side body runs it (the pack's ``BODIES``)
+    params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        """The JUnit testcase name pytest writes, which rubric patterns match: ``test[id]``."""
+        return f"{self.test}[{self.id}]"
+
+
+@dataclass
+class Prepared:
+    """What the session sends to each rank and what it expects back from each (never sent)."""
+
+    inputs: list[dict[str, Any]]  # per rank: name -> tensor
+    expected: list[dict[str, Any]]  # per rank: name -> tensor
+    tensor_bytes: int = 0  # one rank's main input: the unit trace metrics and time budgets are judged in
+    tolerance: dict[str, float] = field(default_factory=dict)  # rtol/atol for floating outputs
+
+
+@dataclass(frozen=True)
+class Diagram:
+    """A time-vs-rank diagram in each student's report: the messages one student function sent in
+    one trace probe (a case whose params have ``keep_events``)."""
+
+    case: str  # the probe's case name
+    function: str  # the student function whose messages are drawn
+    title: str
+
+
+@dataclass(frozen=True)
+class AssignmentPack:
+    """One assignment, as data and functions the engine calls.
+
+    The session never imports the pack's rank-side module (``bodies``): only rank processes do,
+    through the zygote.  Its ``BODIES`` maps each case kind to ``body(student, params, tensors) ->
+    tensors``; ``student.module(name)`` imports a student module, ``student.stand_ins`` is where a
+    body registers a grader function that runs in the place of a student's.
+    """
+
+    id: str
+    title: str
+    rubric: Path  # the default rubric
+    test_file: Path  # one-line pytest tests, one per case family: they make the JUnit names
+    bodies: str  # the rank-side module's name
+    cases: Callable[[], list[Case]]  # the matrix: pure data, no torch
+    prepare: Callable[[Case, str], Prepared]  # session side: a case's inputs and expected values, for a salt
+    module_of: Mapping[str, str]  # kind -> the student module its cases import ("src.collectives")
+    function_of: Mapping[str, str]  # kind -> the student function it exercises
+    #: kind -> functions that, once they failed a case, the grader's own versions replace in this kind's
+    #: cases (so one defect is charged once); the body does the replacing (``params["trusted"]``)
+    stand_ins: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    #: student module -> names a placeholder offers when it failed to import (each raises, saying why),
+    #: so that a module importing it can still be graded
+    placeholders: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    imports_before: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # module -> modules it needs
+    attributed: tuple[str, ...] = ()  # student functions the messages a rank sends are attributed to
+    runtime: str = "torchdist"
+    diagram: Diagram | None = None
+    search_path: tuple[str, ...] = ()  # where a pack found by module path was imported from
+
+    def case_ids(self) -> list[str]:
+        return [case.name for case in self.cases()]
+
+    def cases_of(self, test: str) -> list[Case]:
+        return [case for case in self.cases() if case.test == test]
+
+    def case(self, name: str) -> Case:
+        for case in self.cases():
+            if case.name == name:
+                return case
+        raise KeyError(name)
+
+    def file_of(self, module: str) -> str:
+        """The submission path of a student module: ``src.collectives`` -> ``src/collectives.py``."""
+        return module.replace(".", "/") + ".py"
+
+
+@functools.lru_cache(maxsize=16)
+def load_pack(ref: str | None = None) -> AssignmentPack:
+    """The pack named ``ref``: an installed pack's name, ``module:attribute``, or None for the default."""
+    if ref is None:
+        found = [ep for ep in entry_points(group=DEFAULT_PACK) if ep.name == "pack"]
+        if not found:
+            raise UserError("no default assignment pack is installed: name one with --pack or a rubric")
+        return _checked(found[0].load(), found[0].value)
+    if ":" in ref:
+        module_name, _, attribute = ref.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise UserError(f"assignment pack {ref!r}: cannot import {module_name}: {exc}") from exc
+        pack = _checked(getattr(module, attribute, None), ref)
+        root = _import_root(module)
+        return pack if root is None else _with_search_path(pack, root)
+    installed = {ep.name: ep for ep in entry_points(group=PACKS)}
+    if ref not in installed:
+        known = ", ".join(sorted(installed)) or "none"
+        raise UserError(f"no assignment pack named {ref!r} is installed (installed: {known})")
+    return _checked(installed[ref].load(), ref)
+
+
+def _checked(value: Any, ref: str) -> AssignmentPack:
+    if not isinstance(value, AssignmentPack):
+        raise UserError(f"assignment pack {ref!r} is not an AssignmentPack")
+    return value
+
+
+def _import_root(module: Any) -> str | None:
+    """The sys.path entry a module was imported from, when it is not an installed one."""
+    file = getattr(module, "__file__", None)
+    if file is None:
+        return None
+    root = Path(file).resolve().parent
+    for _ in range(module.__name__.count(".") + (Path(file).name == "__init__.py")):
+        root = root.parent
+    return None if any(Path(p).resolve() == root for p in sys.path if "site-packages" in p) else str(root)
+
+
+def _with_search_path(pack: AssignmentPack, root: str) -> AssignmentPack:
+    from dataclasses import replace
+
+    return replace(pack, search_path=(root,))

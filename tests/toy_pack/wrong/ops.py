@@ -1,0 +1,5 @@
+import torch
+
+
+def double(x: torch.Tensor) -> torch.Tensor:
+    return x + x.sum()
