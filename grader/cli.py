@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     grade = sub.add_parser("grade", help="grade one submission")
     grade.add_argument("submission", nargs="?", default=".", help="repo, directory, .zip/.tar.gz or git URL")
-    grade.add_argument("--rubric", type=Path, default=None, help="rubric YAML (default: the packaged a9)")
+    add_rubric_options(grade)
     grade.add_argument("--out", type=Path, default=None, help="write results.json, junit.xml, ... here")
     grade.add_argument(
         "--format",
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="static policy check only (no code is run)")
     check.add_argument("submission", nargs="?", default=".")
-    check.add_argument("--rubric", type=Path, default=None)
+    add_rubric_options(check)
     check.add_argument("--json", action="store_true", help="print findings as JSON")
 
     rubric = sub.add_parser("rubric", help="rubric tools")
@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="time our launcher against spawn-per-case")
     bench.add_argument("submission", help="a student repo, as grader grade takes it")
-    bench.add_argument("--rubric", type=Path, default=None, help="its pack's cases are timed (default rubric)")
+    add_rubric_options(bench)
     bench.add_argument("--cases", type=int, default=12, help="cases per launcher")
 
     batch = sub.add_parser("batch", help="grade a whole class")
@@ -86,13 +86,45 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--jobs", type=int, default=2)
     batch.add_argument("--backend", choices=("local", "docker"), default="local")
     batch.add_argument("--image", default="grader:local")
-    batch.add_argument("--rubric", type=Path, default=None)
+    add_rubric_options(batch)
     batch.add_argument("--manual", type=Path, default=None, help="CSV or YAML of manual item scores")
     batch.add_argument("--deadline", default=None, help=f"overrides the rubric's deadline ({TIME_HELP})")
     add_trust_commit_time(batch)
     batch.add_argument("--force", action="store_true", help="regrade even when a cached result exists")
     batch.add_argument("--timeout", type=float, default=900.0, help="seconds per submission")
+
+    rescore = sub.add_parser("rescore", help="score finished gradings again under a changed rubric (no code runs)")
+    rescore.add_argument("dirs", type=Path, nargs="+", help="`grader grade --out` directories, rewritten in place")
+    add_rubric_options(rescore)
+    rescore.add_argument("--manual", type=Path, default=None, help="CSV or YAML of manual item scores, by dir name")
+    rescore.add_argument("--deadline", default=None, help=f"overrides the rubric's deadline ({TIME_HELP})")
     return parser
+
+
+def add_rubric_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rubric", type=Path, default=None, help="rubric YAML (default: the pack's)")
+    parser.add_argument(
+        "--pack",
+        default=None,
+        help="assignment pack whose default rubric to use, e.g. a9 (default: the installed default)",
+    )
+
+
+def resolve_rubric(args: argparse.Namespace) -> None:
+    """``--pack P`` without ``--rubric``: the pack's own rubric.  With both, the rubric must grade that pack."""
+    from grader.pack import load_pack
+
+    pack = getattr(args, "pack", None)
+    if pack is None:
+        return
+    if args.rubric is None:
+        args.rubric = load_pack(pack).rubric
+        return
+    from grader.rubric import load_rubric
+
+    named = load_rubric(args.rubric).assignment.pack
+    if load_pack(named) is not load_pack(pack):
+        raise UserError(f"{args.rubric} grades the pack {named!r}, not {pack!r}")
 
 
 def add_trust_commit_time(parser: argparse.ArgumentParser) -> None:
@@ -118,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         die_with_parent(int(parent), signal.SIGTERM)
     try:
+        resolve_rubric(args)
         return _dispatch(args)
     except UserError as exc:
         print(f"grader: {exc}", file=sys.stderr)
@@ -164,6 +197,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from grader import batch
 
         return batch.main(args)
+    if args.command == "rescore":
+        from grader import rescore
+
+        return rescore.main(args)
     raise AssertionError(args.command)
 
 

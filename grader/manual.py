@@ -1,15 +1,15 @@
-"""Instructor scores for manual items (the diagram, written-answer overrides), merged into a result.
+"""Instructor scores for manual items (the diagram, written-answer overrides): the file format.
 
-The manual-scores file is kept apart from the cached automatic result (``results.json``): merging
-happens every time the gradebook is built, so editing the file never needs a regrade, and removing
-a line from it restores the automatic score instead of leaving a stale override behind.
+The manual-scores file is kept apart from the cached grading: every batch scores each student again
+from the cached matrix run with the file's scores (``grader.scoring.score``, the one place a score is
+computed, which also holds the contract: which items, and in what range), so editing the file never
+needs a regrade, and removing a line from it restores the automatic score instead of leaving a stale
+override behind.
 """
 
 from __future__ import annotations
 
-import copy
 import csv
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +18,6 @@ from typing import Any
 import yaml
 
 from grader.errors import UserError
-from grader.results import GradeResult, ItemStatus
 
 
 @dataclass
@@ -104,46 +103,3 @@ def _points(value: Any, where: str) -> float:
     if not math.isfinite(points):
         raise UserError(f"{where}: points must be finite, got {value!r}")
     return points
-
-
-def apply_manual(result: GradeResult, scores: dict[str, float], comments: dict[str, str] | None = None) -> GradeResult:
-    """A copy of ``result`` with instructor scores set on the named items and every total recomputed.
-
-    Raises :class:`UserError` for an item the result does not have or points outside ``[0, max]``:
-    a typo must not silently leave an item at its automatic score.
-    """
-    merged = copy.deepcopy(result)
-    comments = comments or {}
-    known = {item.id: item for item in merged.items()}
-    for item_id, points in scores.items():
-        item = known.get(item_id)
-        if item is None:
-            raise UserError(f"manual score for unknown item {item_id!r} (items: {', '.join(sorted(known))})")
-        if not 0 <= points <= item.max_score:
-            raise UserError(f"manual score {points:g} for {item_id!r} is outside 0..{item.max_score:g}")
-        item.score = float(points)
-        item.status = ItemStatus.MANUAL
-        if comments.get(item_id):
-            item.feedback = comments[item_id]
-    recompute_totals(merged)
-    return merged
-
-
-def recompute_totals(result: GradeResult) -> None:
-    """Recompute task sums, the bonus, the late penalty and the total of ``result`` in place.
-
-    The rule of ``grader.scoring.score`` (which exposes no function for the total alone): a task
-    scores the sum of its items capped at its ``max_score`` (for the bonus task, the bonus cap);
-    the late penalty is ``late.percent`` percent of (tasks + bonus); the total is tasks + bonus -
-    penalty, never below 0; task scores, the penalty and the total are rounded to 2 decimals.
-    """
-    for task in result.tasks:
-        task.score = round(min(task.max_score, sum(item.score for item in task.items)), 2)
-    earned = sum(task.score for task in result.tasks if not task.bonus)
-    result.bonus_score = sum(task.score for task in result.tasks if task.bonus)
-    gross = earned + result.bonus_score
-    penalty = 0.0
-    if result.late is not None:
-        penalty = round(gross * result.late.percent / 100, 2)
-        result.late = dataclasses.replace(result.late, points=penalty)
-    result.score = round(max(0.0, gross - penalty), 2)

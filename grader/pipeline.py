@@ -103,9 +103,24 @@ def grade(
         result = replace(result, timings=dict(timings))
         if out_dir is not None:
             write_outputs(result, out_dir, run.junit)
+            keep_deliverables(taken.sandbox, rubric.deliverable_files, out_dir)
         return result
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+DELIVERABLES = "deliverables"  # beside the outputs: what a rescore reads the diagram and answers from
+
+
+def keep_deliverables(sandbox: Path, names: tuple[str, ...], out_dir: Path) -> None:
+    """Copy the deliverables intake took (regular files it wrote itself) next to the outputs, so the
+    grading can be rescored later (``grader.rescore``) without the submission."""
+    kept = out_dir / DELIVERABLES
+    shutil.rmtree(kept, ignore_errors=True)
+    kept.mkdir(parents=True)
+    for name in {Path(name).name for name in names}:  # intake puts each at the sandbox's top
+        if (sandbox / name).is_file():
+            shutil.copyfile(sandbox / name, kept / name)
 
 
 def _runner_limits(limits: Any) -> dict[str, Any]:

@@ -145,12 +145,16 @@ class GradeResult:
     submission: SubmissionInfo
     grader_version: str
     rubric_digest: str
+    #: the digest of what in the rubric decides the matrix's verdicts (``Rubric.matrix_digest``): a result
+    #: may be rescored under any rubric with the same one, without running student code again
+    matrix_digest: str = ""
     status: str = "graded"  # "graded" | "error" (the grader itself could not finish)
     error: str | None = None
     bonus_score: float = 0.0
     late: LatePenalty | None = None
     lateness: Lateness = Lateness.NO_DEADLINE
     findings: list[Finding] = field(default_factory=list)  # every static + runtime finding
+    cases: list[CaseOutcome] = field(default_factory=list)  # every case's verdict, as the student sees it
     trace: dict[str, Any] = field(default_factory=dict)  # trace summaries by case id
     isolation: dict[str, str] = field(default_factory=dict)  # layer -> "on" | "off: <why>"
     timings: dict[str, float] = field(default_factory=dict)  # stage -> seconds

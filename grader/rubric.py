@@ -14,6 +14,7 @@ every matrix id contains brackets, so here brackets are literal: ``test_broadcas
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import hashlib
 import json
@@ -288,6 +289,10 @@ class Rubric:
     late: LatePolicy | None
     #: the matrix case ids the rubric was checked against; scoring counts a missing one as not run
     case_ids: tuple[str, ...] = field(default=(), repr=False)
+    #: "sha256:<hex>" of what decides the matrix's verdicts and what a grading keeps for rescoring: the
+    #: pack, student files, deliverables, limits and policy.  Everything else only scores: a result made
+    #: under one rubric can be rescored, without running student code, under any with the same digest.
+    matrix_digest: str = ""
 
     @property
     def max_score(self) -> float:
@@ -524,6 +529,14 @@ class _Builder:
             )
             bonus = Bonus(cap=data["bonus"]["cap"], items=items)
         late = data.get("late")
+        matrix = {
+            "pack": data["assignment"].get("pack", data["assignment"]["id"]),
+            "student_files": data["student_files"],
+            "deliverables": data.get("deliverables", {}),
+            "limits": dataclasses.asdict(Limits(**data.get("limits", {}))),
+            "policy": policy_data.get("allow", {}),
+        }
+        matrix_digest = "sha256:" + hashlib.sha256(json.dumps(matrix, sort_keys=True).encode()).hexdigest()
         return Rubric(
             source=source,
             digest=digest,
@@ -537,6 +550,7 @@ class _Builder:
             visibility=Visibility(**data.get("visibility", {})),
             late=self.late(late) if late is not None else None,
             case_ids=self.case_ids,
+            matrix_digest=matrix_digest,
         )
 
     # -- sections

@@ -22,6 +22,7 @@ from junitparser import JUnitXml, Properties, TestCase
 import grader
 from grader.deliverables import check_diagram, check_written
 from grader.errors import GraderError, UserError
+from grader.manual import ManualScores
 from grader.results import (
     CaseOutcome,
     CaseTally,
@@ -148,14 +149,17 @@ def score(
     submission: SubmissionInfo,
     findings: list[Finding],
     submission_root: Path,
-    manual: dict[str, float] | None = None,
+    manual: ManualScores | None = None,
     submitted_at: datetime | None = None,
     isolation: dict[str, str] | None = None,
     timings: dict[str, float] | None = None,
 ) -> GradeResult:
-    """Score one submission.  ``manual`` (item id -> points) scores deliverable, written and manual
-    items; ``submitted_at`` defaults to ``submission.submitted_at``."""
-    scorer = _Scorer(rubric, read_junit(junit_path), submission, findings, submission_root, manual or {})
+    """Score one submission: the one place a score is computed, for a grading, a rescore and an
+    instructor's manual scores alike.  ``manual`` scores deliverable, written and manual items (a
+    comment replaces their feedback); ``submitted_at`` defaults to ``submission.submitted_at``;
+    ``submission_root`` holds the deliverables."""
+    manual = manual or ManualScores()
+    scorer = _Scorer(rubric, read_junit(junit_path), submission, findings, submission_root, manual)
     tasks = [scorer.task(task.id, task.title, task.points, task.items) for task in rubric.tasks]
     total = sum(task.score for task in tasks)
     bonus_score = 0.0
@@ -174,10 +178,12 @@ def score(
         submission=submission,
         grader_version=grader.__version__,
         rubric_digest=rubric.digest,
+        matrix_digest=rubric.matrix_digest,
         bonus_score=bonus_score,
         late=late,
         lateness=lateness(rubric.late, late),
         findings=list(findings),
+        cases=[scorer.outcome(c) for c in scorer.cases.values()],
         trace={scorer.display(c.id): c.trace for c in scorer.cases.values() if c.trace is not None},
         isolation=dict(isolation or {}),
         timings=dict(timings or {}),
@@ -209,7 +215,7 @@ class _Scorer:
         submission: SubmissionInfo,
         findings: list[Finding],
         root: Path,
-        manual: dict[str, float],
+        manual: ManualScores,
     ) -> None:
         self.rubric = rubric
         self.submission = submission
@@ -222,13 +228,15 @@ class _Scorer:
         self.number = {cid: n for n, cid in enumerate(self.cases, start=1)}
         self.done: dict[str, ItemResult] = {}
 
-    def _checked_manual(self, manual: dict[str, float]) -> dict[str, float]:
+    def _checked_manual(self, manual: ManualScores) -> ManualScores:
+        """The manual-score contract: only deliverable, written and manual items, within 0..max.  A
+        typo must not silently leave an item at its automatic score."""
         scorable = {
             item.id: item
             for item in self.rubric.items()
             if isinstance(item.scoring, DeliverableScoring | WrittenScoring | ManualScoring)
         }
-        for item_id, points in manual.items():
+        for item_id, points in manual.scores.items():
             if item_id not in scorable:
                 raise UserError(f"manual score for {item_id!r}: not a deliverable, written or manual item")
             if not 0 <= points <= scorable[item_id].points:
@@ -469,9 +477,11 @@ class _Scorer:
                     result.status, result.manual = ItemStatus.AUTO_CHECKED, False
         else:
             lines.append(f"to be scored by an instructor{': ' + scoring.instructions if scoring.instructions else ''}")
-        if item.id in self.manual:
-            result.score, result.status, result.manual = self.manual[item.id], ItemStatus.MANUAL, True
+        if item.id in self.manual.scores:
+            result.score, result.status, result.manual = self.manual.scores[item.id], ItemStatus.MANUAL, True
             lines.insert(0, f"scored by an instructor: {result.score:g}/{item.points:g}")
+            if self.manual.comments.get(item.id):
+                lines.insert(1, f"instructor's comment: {self.manual.comments[item.id]}")
         result.feedback = "\n".join(lines)
         return result
 

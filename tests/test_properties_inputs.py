@@ -18,13 +18,16 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from grader.errors import UserError
-from grader.manual import apply_manual, load_manual
+from grader.manual import load_manual
 from grader.packs.a9 import catalog
-from grader.results import GradeResult, schema_path
+from grader.results import GradeResult, SubmissionInfo, schema_path
 from grader.rubric import default_rubric_path, load_rubric
+from grader.scoring import read_junit, score
 
 CASE_IDS = list(catalog.all_case_ids())
 RESULT = GradeResult.load(Path(__file__).parent / "fixtures" / "results" / "graded.json")
+RUN = Path(__file__).parent / "fixtures" / "scoring" / "reference.xml"
+SCORED = load_rubric(default_rubric_path(), list(read_junit(RUN)))  # the rubric, checked against that run
 VALIDATOR = jsonschema.Draft202012Validator(json.loads(schema_path().read_text()))
 DEEP = "[" * 5000 + "]" * 5000
 ITEM_IDS = [item.id for item in RESULT.items()]
@@ -53,9 +56,10 @@ def manual_invariant(path: Path) -> None:
     except UserError as exc:
         assert str(exc).strip()
         return
+    submission = SubmissionInfo("s", {}, "sha256:" + "0" * 64)
     for entry in scores.values():
         try:
-            merged = apply_manual(RESULT, entry.scores, entry.comments)
+            merged = score(SCORED, RUN, submission, [], path.parent, manual=entry)
         except UserError as exc:
             assert str(exc).strip()
             continue

@@ -27,7 +27,7 @@ from grader import static_checks
 from grader.errors import UserError
 from grader.intake import materialize
 from grader.packs.a9 import catalog
-from grader.render.html import render_student_report
+from grader.render.student_report import render_student_report
 from grader.render.outputs import OUTPUT_FILES, write_outputs
 from grader.results import schema_path
 from grader.rubric import load_rubric

@@ -16,6 +16,7 @@ from junitparser import JUnitXml, Properties
 
 from grader import __version__
 from grader.errors import GraderError, UserError
+from grader.manual import ManualScores
 from grader.results import (
     CaseOutcome,
     Finding,
@@ -36,7 +37,7 @@ CASE_IDS = list(read_junit(FIXTURES / "reference.xml"))
 RUBRIC = load_rubric(A9, CASE_IDS)
 BOTH_FILES = {"src/collectives.py": "sha256:" + "a" * 64, "src/transformer.py": "sha256:" + "b" * 64}
 PDF = b"%PDF-1.7\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
-DIAGRAM_MERGED = {"task1.diagram": 5.0}
+DIAGRAM_MERGED = ManualScores({"task1.diagram": 5.0})
 TASK1_CASE_ITEMS = ["task1.broadcast", "task1.allreduce", "task1.allgather", "task1.reduce_scatter", "task1.all_to_all"]
 
 
@@ -121,7 +122,7 @@ def test_a_real_diagram_earns_provisional_points_pending_review(root):
 
 
 def test_an_instructor_can_take_provisional_diagram_points_back(root):
-    result = grade("reference", root, manual={"task1.diagram": 1.0})
+    result = grade("reference", root, manual=ManualScores({"task1.diagram": 1.0}))
     assert (result.item("task1.diagram").score, result.score) == (1, 101)
 
 
@@ -440,7 +441,7 @@ def test_scoring_modes(root, tmp_path, mode, run, points):
 
 
 def test_manual_scores_complete_instructor_items(root):
-    result = grade("reference", root, manual={"task1.written": 12.5, "task1.diagram": 4})
+    result = grade("reference", root, manual=ManualScores({"task1.written": 12.5, "task1.diagram": 4}))
     written = result.item("task1.written")
     assert (written.score, written.status, written.manual) == (12.5, ItemStatus.MANUAL, True)
     assert written.feedback.splitlines()[0] == "scored by an instructor: 12.5/15"
@@ -458,7 +459,7 @@ def test_manual_scores_complete_instructor_items(root):
 )
 def test_manual_scores_for_the_wrong_items_are_refused(root, manual, reason):
     with pytest.raises(UserError, match=reason):
-        grade("reference", root, manual=manual)
+        grade("reference", root, manual=ManualScores(manual))
 
 
 # --------------------------------------------------------------------------- late policy

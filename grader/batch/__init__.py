@@ -1,0 +1,179 @@
+"""Grade a whole class: ``grader batch ROSTER --out DIR``.
+
+Two steps.  Every student whose submission, submission time, rubric matrix part (pack, files,
+limits, policy) or grader version changed since the last run is graded again, ``--jobs`` at a time,
+each in a process of its own (``grader.batch.workers``; the cache key: ``grader.batch.cache``).
+Then every graded student is scored from that cached matrix run under the current rubric, deadline
+and manual scores (``grader.rescore``: no student code runs), and the gradebook and reports are
+written from the results alone.  So changing points, weights, the late policy, the deadline or a
+manual score costs seconds, never a regrade.  Every file is written atomically.
+
+Layout of DIR::
+
+    gradebook.csv                 one row per student (``grader.gradebook``)
+    index.html                    class report
+    students/<student>/
+        batch-outcome.json        status, exit code, seconds spent grading, message
+        graded/                   what `grader grade --out` wrote: the cache, rescored on every run
+            cache-key.json        only when graded: what the matrix run is valid for
+            grade.log             its stdout and stderr
+        results.json, summary.md, gradescope.json, classroom.json
+                                  the grade of record: graded/ scored under today's rubric, deadline
+                                  and manual scores
+        report.html               the student report
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import shutil
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from grader import scoring
+from grader.batch.roster import Student, load_roster
+from grader.batch.workers import GRADED_DIR, Grader, grade_all, load_outcome
+from grader.errors import UserError
+from grader.gradebook import GRADED, GradebookRow, gradebook_row, render_gradebook, task_columns
+from grader.manual import ManualScores, load_manual
+from grader.pack import load_pack
+from grader.render.class_report import render_class_report
+from grader.render.outputs import write_outputs, write_text
+from grader.render.student_report import render_student_report
+from grader.rescore import rescore
+from grader.results import GradeResult
+from grader.rubric import Rubric, load_rubric
+from grader.submission_time import parse_time
+
+
+def run_batch(
+    roster: Path,
+    out: Path,
+    *,
+    jobs: int = 2,
+    backend: str = "local",
+    image: str = "grader:local",
+    rubric: Path | None = None,
+    manual: Path | None = None,
+    deadline: str | None = None,
+    force: bool = False,
+    timeout: float = 900.0,
+    trust_commit_time: bool = False,
+    grade_cmd: Sequence[str] | None = None,
+    progress: TextIO | None = None,
+) -> list[GradebookRow]:
+    """Grade every student of ``roster`` missing or stale in ``out``, score everyone, write the reports.
+
+    ``grade_cmd`` replaces ``python -m grader`` (the tests inject a fake grader with it).
+    """
+    if jobs < 1:
+        raise UserError("--jobs must be at least 1")
+    if timeout <= 0:
+        raise UserError("--timeout must be positive")
+    students = load_roster(roster)
+    manual_scores = load_manual(manual) if manual else {}
+    unknown = sorted(set(manual_scores) - {s.name for s in students})
+    if unknown:
+        raise UserError(f"{manual}: students not in the roster: {', '.join(unknown)}")
+    loaded = load_rubric(rubric)  # a broken rubric is one error now, not one per student
+    scored = scoring.with_deadline(loaded, parse_time(deadline, "--deadline")) if deadline else loaded
+
+    out = Path(out)
+    students_dir = out / "students"
+    students_dir.mkdir(parents=True, exist_ok=True)
+    with _exclusive(out):
+        command = [*(grade_cmd or [sys.executable, "-m", "grader"]), "grade"]
+        options = ["--rubric", str(Path(rubric).resolve())] if rubric else []
+        if backend == "docker":
+            options += ["--backend", "docker", "--image", image]
+        if trust_commit_time:
+            options.append("--trust-commit-time")
+        grader = Grader(students_dir, loaded, command, options, timeout, force, trust_commit_time)
+        for leftover in [*students_dir.glob(".tmp-*"), *students_dir.glob(".old-*")]:
+            _remove(leftover)
+        grade_all(students, grader, jobs, progress or sys.stderr)
+        return _write_reports(students, out, scored, manual_scores)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _exclusive(out: Path) -> Iterator[None]:
+    """One batch per output directory: the start-up clean-up would delete another run's temp dirs.
+    ``flock`` is released by the kernel when the holder dies, so a killed batch never blocks a rerun."""
+    with (out / ".batch.lock").open("w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"{out}: another `grader batch` is writing there") from None
+        yield
+
+
+def _write_reports(
+    students: list[Student], out: Path, rubric: Rubric, manual: dict[str, ManualScores]
+) -> list[GradebookRow]:
+    """Score every graded student from the cache (``grader.rescore``), then the gradebook and reports."""
+    diagram = load_pack(rubric.assignment.pack).diagram
+    rows, results = [], {}
+    for student in students:
+        student_dir = out / "students" / student.name
+        outcome = load_outcome(student_dir)
+        result: GradeResult | None = None
+        if outcome.status == GRADED:
+            try:
+                result = rescore(student_dir / GRADED_DIR, rubric, manual.get(student.name))
+            except UserError as exc:
+                raise UserError(f"{student.name}: {exc}") from None
+            write_outputs(result, student_dir, student_dir / GRADED_DIR / "junit.xml")
+            write_text(
+                student_dir / "report.html", render_student_report(result, student=student.name, diagram=diagram)
+            )
+        results[student.name] = result
+        rows.append(gradebook_row(student.name, outcome.status, result, outcome.message))
+    write_text(out / "gradebook.csv", render_gradebook(rows, task_columns(results.values())))
+    write_text(out / "index.html", render_class_report(results, rows))
+    return rows
+
+
+def main(args: argparse.Namespace) -> int:
+    def on_sigterm(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        rows = run_batch(
+            args.roster,
+            args.out,
+            jobs=args.jobs,
+            backend=args.backend,
+            image=args.image,
+            rubric=args.rubric,
+            manual=args.manual,
+            deadline=args.deadline,
+            force=args.force,
+            timeout=args.timeout,
+            trust_commit_time=args.trust_commit_time,
+        )
+    except KeyboardInterrupt:
+        print("grader batch: interrupted; rerun the same command to finish", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.status] = counts.get(row.status, 0) + 1
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    print(f"{len(rows)} students: {summary}")
+    print(f"gradebook: {args.out / 'gradebook.csv'}")
+    print(f"class report: {args.out / 'index.html'}")
+    return 0

@@ -1,0 +1,255 @@
+"""Grading the students who need it: one ``python -m grader grade`` process each, ``--jobs`` at a time.
+
+Each student is graded by a separate process in its own session, so a broken or hostile submission
+(or a grader crash on it) costs that student a row with a status, never the batch.  A grade lands in
+a temporary directory renamed into place only once complete, so an interrupted run never leaves a
+mix of old and new files; a timed-out grade's whole process group is killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from grader.batch.cache import KEY_FILE, is_cached, read_json, submission_key
+from grader.batch.roster import Student
+from grader.cli import DIE_WITH_PARENT_ENV
+from grader.gradebook import GRADED, GRADER_ERROR, NO_SUBMISSION, TIMEOUT
+from grader.render.outputs import write_text
+from grader.results import GradeResult, TimeSource
+from grader.rubric import Rubric
+
+KILL_GRACE_S = 10.0  # between SIGINT and SIGKILL when a grade is ended
+LOG_TAIL = 2000  # characters of grade.log quoted as the message of a failed grade
+GRADED_DIR = "graded"  # in a student's directory: what `grader grade --out` wrote, the cache
+OUTCOME_FILE = "batch-outcome.json"
+
+
+@dataclass
+class Outcome:
+    """What grading one student produced, as recorded in ``batch-outcome.json``."""
+
+    status: str
+    message: str = ""
+    returncode: int | None = None
+    seconds: float = 0.0
+
+
+def _install_dir(tmp: Path, final: Path) -> None:
+    """Move a completed student directory into place.  Between the two renames the student has no
+    directory at all, which a rerun treats as "grade again": never a mix of old and new files."""
+    if final.exists():
+        old = final.with_name(f".old-{final.name}-{uuid.uuid4().hex}")
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+
+
+class Grader:
+    """Brings one student up to date, from any worker thread; kills every grade in flight on request."""
+
+    def __init__(
+        self,
+        students_dir: Path,
+        rubric: Rubric,
+        command: list[str],
+        options: list[str],
+        timeout: float,
+        force: bool,
+        trust_commit_time: bool = False,
+    ):
+        self.students_dir = students_dir
+        self.rubric = rubric
+        self.command = command  # up to and including `grade`
+        self.options = options  # --rubric, --backend: the same for every student
+        self.timeout = timeout
+        self.force = force
+        self.trust_commit_time = trust_commit_time  # passed in options too; the cache key needs it
+        self._running: dict[int, subprocess.Popen[bytes]] = {}
+        self._lock = threading.Lock()
+        self._stopping = False
+
+    def process(self, student: Student) -> tuple[str, bool]:
+        """(status to report, whether a grade ran): no submission, cached, or graded now."""
+        try:
+            return self._process(student)
+        except Exception as exc:  # the batch's own failure on one student is that student's row
+            record(self.students_dir / student.name, Outcome(GRADER_ERROR, f"grader batch: {exc!r}"))
+            return GRADER_ERROR, False
+
+    def _process(self, student: Student) -> tuple[str, bool]:
+        final = self.students_dir / student.name
+        key, why = submission_key(student, self.rubric, self.students_dir, self.trust_commit_time)
+        if key is None:
+            record(final, Outcome(NO_SUBMISSION, why))
+            return NO_SUBMISSION, False
+        if not self.force and is_cached(final / GRADED_DIR, key):
+            return "cached", False
+        return self.grade(student, key).status, True
+
+    def grade(self, student: Student, key: dict[str, Any]) -> Outcome:
+        tmp = self.students_dir / f".tmp-{student.name}-{uuid.uuid4().hex}"
+        graded = tmp / GRADED_DIR
+        graded.mkdir(parents=True)
+        log_path = tmp.with_name(tmp.name + ".log")
+        cmd = [*self.command, student.source, "--out", str(graded), *self.options]
+        if student.submitted_at:
+            cmd += ["--submitted-at", student.submitted_at, "--submitted-at-source", TimeSource.ROSTER.value]
+        start = time.monotonic()
+        with log_path.open("wb") as log:
+            outcome = self._run(cmd, log)
+        outcome.seconds = round(time.monotonic() - start, 3)
+        os.replace(log_path, graded / "grade.log")
+        if outcome.status == GRADED:
+            outcome = _classify(graded, outcome)
+        if outcome.status != GRADED and not outcome.message:
+            outcome.message = _tail(graded / "grade.log")
+        write_text(tmp / OUTCOME_FILE, json.dumps(vars(outcome), indent=2) + "\n")
+        if outcome.status == GRADED:
+            write_text(graded / KEY_FILE, json.dumps(key, indent=2) + "\n")
+        _install_dir(tmp, self.students_dir / student.name)
+        return outcome
+
+    def _run(self, cmd: list[str], log: io.BufferedWriter) -> Outcome:
+        with self._lock:
+            if self._stopping:
+                raise KeyboardInterrupt
+            # A session of its own: on timeout the whole group (ranks, pytest, docker client) dies.
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, DIE_WITH_PARENT_ENV: str(os.getpid())},  # a killed batch ends its grades
+            )
+            self._running[proc.pid] = proc
+        try:
+            proc.wait(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            return Outcome(TIMEOUT, f"no result after {self.timeout:g} s: killed")
+        finally:
+            _kill_group(proc)  # on timeout, and leftovers of a finished grade must not outlive it
+            with self._lock:
+                self._running.pop(proc.pid, None)
+        if self._stopping:  # killed by stop(): leave nothing behind that looks like a verdict
+            raise KeyboardInterrupt
+        return Outcome(GRADED, returncode=proc.returncode)
+
+    def stop(self) -> None:
+        """Kill every grade in flight (Ctrl-C, SIGTERM) and refuse new ones."""
+        with self._lock:
+            self._stopping = True
+            running = list(self._running.values())
+        for proc in running:
+            _kill_group(proc)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """End a grade's whole process group.  SIGINT first, so a grade still running can clean up (the
+    docker backend removes its container in a ``finally``), then SIGKILL for whatever is left."""
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=KILL_GRACE_S)
+
+
+def _classify(out: Path, run: Outcome) -> Outcome:
+    """Decide the status of a grade that exited in time, from what it left behind (``run`` keeps its
+    exit code and seconds)."""
+    data = read_json(out / "results.json")
+    if data is None:
+        return replace(run, status=GRADER_ERROR)
+    try:
+        result = GradeResult.from_dict(data)
+    except (TypeError, ValueError, KeyError) as exc:
+        return replace(run, status=GRADER_ERROR, message=f"results.json does not match the result model: {exc}")
+    if result.status != "graded":
+        return replace(run, status=GRADER_ERROR, message=result.error or "the grader reported an error")
+    return run
+
+
+def _tail(path: Path) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return text[-LOG_TAIL:].strip()
+
+
+def record(final: Path, outcome: Outcome) -> None:
+    """Record an outcome that needed no grade, replacing whatever an older run left for the student."""
+    if read_json(final / OUTCOME_FILE) == vars(outcome) and not (final / GRADED_DIR).exists():
+        return
+    tmp = final.with_name(f".tmp-{final.name}-{uuid.uuid4().hex}")
+    tmp.mkdir()
+    write_text(tmp / OUTCOME_FILE, json.dumps(vars(outcome), indent=2) + "\n")
+    _install_dir(tmp, final)
+
+
+def load_outcome(student_dir: Path) -> Outcome:
+    data = read_json(student_dir / OUTCOME_FILE) or {}
+    return Outcome(**data) if data else Outcome(GRADER_ERROR, "no outcome recorded")
+
+
+def grade_all(students: list[Student], grader: Grader, jobs: int, stream: TextIO) -> None:
+    progress = Progress(len(students), stream)
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="grade")
+    futures: dict[Future[tuple[str, bool]], Student] = {pool.submit(grader.process, s): s for s in students}
+    try:
+        pending = set(futures)
+        while pending:
+            # A timed wait keeps the main thread responsive to Ctrl-C and SIGTERM.
+            finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            for future in finished:
+                status, ran = future.result()
+                progress.update(futures[future].name, status, ran)
+    except BaseException:
+        grader.stop()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
+
+
+class Progress:
+    """``[7/40] 1m12s elapsed, ETA 4m30s  alice: graded`` on stderr: redrawn in place on a terminal,
+    one line per completion otherwise (CI logs).  The ETA counts only grades run, not cache hits."""
+
+    def __init__(self, total: int, stream: TextIO):
+        self.total, self.stream = total, stream
+        self.done = self.ran = 0
+        self.start = time.monotonic()
+        self.tty = stream.isatty()
+
+    def update(self, student: str, status: str, ran: bool) -> None:
+        self.done += 1
+        self.ran += ran
+        elapsed = time.monotonic() - self.start
+        remaining = self.total - self.done
+        eta = _duration(elapsed / self.ran * remaining) if self.ran else "--"
+        line = f"[{self.done}/{self.total}] {_duration(elapsed)} elapsed, ETA {eta}  {student}: {status}"
+        if self.tty:
+            self.stream.write("\r\x1b[2K" + line + ("\n" if remaining == 0 else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"

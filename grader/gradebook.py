@@ -1,0 +1,103 @@
+"""The gradebook: one row per student, computed from the students' results alone (and the batch's
+status for each: graded, no submission, timeout, grader error)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from grader.render.html_kit import fmt_points
+from grader.results import GradeResult, ItemStatus, Lateness, Verdict
+
+GRADED, TIMEOUT, GRADER_ERROR, NO_SUBMISSION = "graded", "timeout", "grader_error", "no_submission"
+GRADEBOOK_FIXED = ("bonus", "late_penalty", "total", "status", "flags")
+
+#: Case verdicts that become a gradebook flag.
+VERDICT_FLAGS = {
+    Verdict.FORBIDDEN.value: "forbidden",
+    Verdict.TAMPERING.value: "tampering",
+    Verdict.NOT_PARALLEL.value: "not_parallel",
+    Verdict.HANG.value: "hang",
+    Verdict.CRASH.value: "crash",
+    Verdict.MEMORY.value: "memory",
+    Verdict.IMPORT_ERROR.value: "import_error",
+}
+
+
+@dataclass
+class GradebookRow:
+    """One gradebook line.  Numbers are rendered from the student's ``GradeResult``."""
+
+    student: str
+    status: str
+    tasks: dict[str, float] = field(default_factory=dict)  # non-bonus task id -> score
+    bonus: float | None = None
+    late_penalty: float | None = None
+    total: float | None = None  # None when there is no grade to record (timeout, grader error)
+    flags: list[str] = field(default_factory=list)
+    message: str = ""
+
+
+def flags_for(status: str, result: GradeResult | None) -> list[str]:
+    """Problems an instructor should look at, from the batch status, case verdicts and findings."""
+    flags = set()
+    if status == TIMEOUT:
+        flags.add("timeout")
+    if result is not None:
+        verdicts = {case.verdict.value for case in result.cases}
+        verdicts |= {f.verdict.value for item in result.items() for f in item.failures}
+        flags |= {VERDICT_FLAGS[v] for v in verdicts if v in VERDICT_FLAGS}
+        if result.findings or any(item.findings for item in result.items()):
+            flags.add("forbidden")
+        if result.late is not None and result.late.points > 0:
+            flags.add("late")
+        if result.lateness is Lateness.UNKNOWN:  # no trusted submission time: the instructor decides
+            flags.add("late_unknown")
+        if any(item.status == ItemStatus.PENDING_REVIEW for item in result.items()):
+            flags.add("review")
+        if any(item.status == ItemStatus.MANUAL for item in result.items()):
+            flags.add("manual")
+    return sorted(flags)
+
+
+def gradebook_row(student: str, status: str, result: GradeResult | None, message: str = "") -> GradebookRow:
+    row = GradebookRow(student, status, flags=flags_for(status, result), message=message)
+    if status == NO_SUBMISSION:
+        row.total = 0.0
+    if result is not None and status == GRADED:
+        row.tasks = {t.id: t.score for t in result.tasks if not t.bonus}
+        row.bonus = result.bonus_score
+        row.late_penalty = result.late.points if result.late else 0.0
+        row.total = result.score
+    return row
+
+
+def task_columns(results: Iterable[GradeResult | None]) -> list[str]:
+    """Non-bonus task ids in rubric order (the union, should rubrics differ between students)."""
+    columns: list[str] = []
+    for result in results:
+        for task in result.tasks if result else []:
+            if not task.bonus and task.id not in columns:
+                columns.append(task.id)
+    return columns
+
+
+def render_gradebook(rows: list[GradebookRow], tasks: list[str]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["student", *tasks, *GRADEBOOK_FIXED])
+    for row in rows:
+        writer.writerow(
+            [
+                row.student,
+                *(fmt_points(row.tasks.get(t)) for t in tasks),
+                fmt_points(row.bonus),
+                fmt_points(row.late_penalty),
+                fmt_points(row.total),
+                row.status,
+                " ".join(row.flags),
+            ]
+        )
+    return buf.getvalue()
