@@ -43,7 +43,6 @@ import argparse
 import ast
 import dataclasses
 import json
-import sys
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -78,17 +77,6 @@ REASONS = {
     STORE_ACCESS: "the rendezvous store must not carry data; use send/recv",
     GRADER_INTERNALS: "student code must not import, reach into or use the grader",
 }
-
-DEFAULT_STUDENT_FILES = ("src/collectives.py", "src/transformer.py")
-_TASK2_COLLECTIVES = FunctionPolicy(allowed=frozenset({"all_reduce", "all_gather"}))
-#: Used when no rubric module is available: the handout lets Task 2's tensor-parallel code call
-#: ``dist.all_reduce``/``dist.all_gather``; everything else is held to send/recv.
-DEFAULT_POLICY = Policy(
-    functions={
-        "src/transformer.py::forward_tensor_parallel": _TASK2_COLLECTIVES,
-        "src/transformer.py::init_tensor_parallel_shards": _TASK2_COLLECTIVES,
-    }
-)
 
 _DIST = "torch.distributed"
 GRADER = "grader"  # our own package: importable in the rank processes, never the student's to touch
@@ -1296,7 +1284,7 @@ def _module_exports(source: str) -> dict[str, set[str]]:
     }
 
 
-def reached_apis(source: str, rel_path: str, policy: Policy | None = None) -> dict[str, set[str]]:
+def reached_apis(source: str, rel_path: str, policy: Policy) -> dict[str, set[str]]:
     """For each top-level function and method, the forbidden APIs it uses or reaches through calls.
 
     Keys follow the ``Finding.function`` convention (methods of different classes that share a name
@@ -1304,10 +1292,10 @@ def reached_apis(source: str, rel_path: str, policy: Policy | None = None) -> di
     names are collective names (``"all_reduce"``), process-group method names (``"allreduce"``), or,
     for the rules no policy can lift, the dotted name reached
     (``"torch.distributed._functional_collectives.all_reduce"``, ``"getattr"``, ``"__closure__"``,
-    ``"_get_default_store"``...).  ``policy`` (default :data:`DEFAULT_POLICY`) decides which
-    collectives count as forbidden for which function.
+    ``"_get_default_store"``...).  ``policy`` (a rubric's) decides which collectives count as
+    forbidden for which function.
     """
-    pairs, units = _run(source, rel_path, DEFAULT_POLICY if policy is None else policy)
+    pairs, units = _run(source, rel_path, policy)
     reached: dict[str, set[str]] = {
         name: set() for u, kind in units.items() if kind == "function" and (name := _public(u)) is not None
     }
@@ -1332,16 +1320,11 @@ def find_student_files(root: Path, wanted: Iterable[str]) -> dict[str, Path]:
 
 
 def _settings(rubric_path: Path | None) -> tuple[Policy, tuple[str, ...]]:
-    """The rubric's policy and student files, or the built-in ones while no rubric module exists."""
-    try:
-        from grader.rubric import load_rubric
-    except ImportError:
-        if rubric_path is not None:
-            print("grader: note: rubric support is unavailable; using the built-in policy", file=sys.stderr)
-        return DEFAULT_POLICY, DEFAULT_STUDENT_FILES
+    """The rubric's policy and the Python files among its student files (the default rubric when None)."""
+    from grader.rubric import load_rubric
+
     rubric = load_rubric(rubric_path)
-    files = tuple(str(f) for f in rubric.student_files if str(f).endswith(".py"))
-    return rubric.policy, files or DEFAULT_STUDENT_FILES
+    return rubric.policy, tuple(str(f) for f in rubric.student_files if str(f).endswith(".py"))
 
 
 def format_finding(finding: Finding) -> str:

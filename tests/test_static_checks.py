@@ -4,7 +4,7 @@ The corpus under ``tests/corpus/policy`` is the bulk of the specification: every
 ``evasions/`` declares its findings in header lines ``# expect: RULE@LINE in FUNCTION`` (``in
 FUNCTION`` omitted for module-level code) and must produce exactly those; every file in ``clean/``
 must produce none.  A header ``# path: src/transformer.py`` judges a file as that student file
-(default ``src/collectives.py``), under the built-in policy.  The files are only ever parsed here.
+(default ``src/collectives.py``), under :data:`POLICY`.  The files are only ever parsed here.
 """
 
 from __future__ import annotations
@@ -23,13 +23,7 @@ import pytest
 from grader import cli
 from grader.policy import COLLECTIVES, PROCESS_GROUP_METHODS, STRICT, FunctionPolicy, Policy
 from grader.results import Finding
-from grader.static_checks import (
-    DEFAULT_POLICY,
-    DEFAULT_STUDENT_FILES,
-    analyze_source,
-    analyze_submission,
-    reached_apis,
-)
+from grader.static_checks import analyze_source, analyze_submission, reached_apis
 
 CORPUS = Path(__file__).parent / "corpus" / "policy"
 EVASIONS = sorted((CORPUS / "evasions").glob("*.py"))
@@ -38,6 +32,18 @@ EXPECT = re.compile(r"^# expect: (?P<rule>[\w-]+)@(?P<line>\d+)(?: in (?P<functi
 PATH = re.compile(r"^# path: (\S+)$", re.MULTILINE)
 STUDENT_FUNCTIONS = {"my_broadcast", "my_allreduce", "my_allgather", "my_reduce_scatter", "my_all_to_all"}
 EVERYTHING_ALLOWED = FunctionPolicy(allowed=COLLECTIVES | PROCESS_GROUP_METHODS)
+STUDENT_FILES = ("src/collectives.py", "src/transformer.py")
+TP_COLLECTIVES = FunctionPolicy(allowed=frozenset({"all_reduce", "all_gather"}))
+#: The policy the corpus and these tests are written against: the handout's Task 2 tensor-parallel
+#: functions may call ``dist.all_reduce``/``dist.all_gather``, everything else is held to send/recv.
+#: Narrower than ``rubrics/a9.yaml`` (which allows them anywhere in ``transformer.py``), so that a
+#: collective in ``forward_ulysses`` still shows.
+POLICY = Policy(
+    {
+        "src/transformer.py::forward_tensor_parallel": TP_COLLECTIVES,
+        "src/transformer.py::init_tensor_parallel_shards": TP_COLLECTIVES,
+    }
+)
 
 
 def rel_path_of(text: str) -> str:
@@ -52,7 +58,7 @@ def declared(text: str) -> Counter[tuple[str, int, str | None]]:
     return Counter((m["rule"], int(m["line"]), m["function"]) for m in EXPECT.finditer(text))
 
 
-def found(source: str, rel_path: str = "src/collectives.py", policy: Policy = DEFAULT_POLICY) -> set[tuple]:
+def found(source: str, rel_path: str = "src/collectives.py", policy: Policy = POLICY) -> set[tuple]:
     return {(f.rule, f.line, f.function) for f in analyze_source(source, rel_path, policy)}
 
 
@@ -72,14 +78,14 @@ def test_every_evasion_declares_what_it_expects(path: Path) -> None:
 @pytest.mark.parametrize("path", EVASIONS, ids=lambda p: p.stem)
 def test_each_evasion_is_reported_with_its_rule_line_and_function(path: Path) -> None:
     text = path.read_text()
-    findings = analyze_source(text, rel_path_of(text), DEFAULT_POLICY)
+    findings = analyze_source(text, rel_path_of(text), POLICY)
     assert Counter((f.rule, f.line, f.function) for f in findings) == declared(text)
 
 
 @pytest.mark.parametrize("path", CLEAN, ids=lambda p: p.stem)
 def test_clean_lookalikes_produce_no_finding(path: Path) -> None:
     text = path.read_text()
-    assert analyze_source(text, rel_path_of(text), DEFAULT_POLICY) == []
+    assert analyze_source(text, rel_path_of(text), POLICY) == []
 
 
 @pytest.mark.parametrize("path", STAND_INS, ids=lambda p: p.stem)
@@ -94,7 +100,7 @@ def test_collectives_stand_ins_define_the_five_functions(path: Path) -> None:
 
 def test_a_finding_names_file_position_function_and_the_stripped_line() -> None:
     source = "import torch.distributed as dist\n\ndef my_allreduce(t):\n    if t.numel():\n        dist.all_reduce(t)\n"
-    (finding,) = analyze_source(source, "src/collectives.py", DEFAULT_POLICY)
+    (finding,) = analyze_source(source, "src/collectives.py", POLICY)
     assert (finding.rule, finding.file, finding.line, finding.col) == (
         "forbidden-collective",
         "src/collectives.py",
@@ -107,7 +113,7 @@ def test_a_finding_names_file_position_function_and_the_stripped_line() -> None:
 
 def test_an_alias_names_what_it_stands_for() -> None:
     source = "from torch.distributed import all_gather as g\n\ndef my_allgather(t):\n    g([t], t)\n"
-    (finding,) = analyze_source(source, "src/collectives.py", DEFAULT_POLICY)
+    (finding,) = analyze_source(source, "src/collectives.py", POLICY)
     assert finding.message.startswith("g (it is torch.distributed.all_gather) is not allowed")
 
 
@@ -163,9 +169,7 @@ def test_a_process_group_method_needs_a_process_group() -> None:
 
 def test_a_helper_chain_taints_each_caller_at_its_call_and_names_the_chain() -> None:
     text = (CORPUS / "evasions" / "helper_taint.py").read_text()
-    finding = next(
-        f for f in analyze_source(text, "src/collectives.py", DEFAULT_POLICY) if f.function == "my_allreduce"
-    )
+    finding = next(f for f in analyze_source(text, "src/collectives.py", POLICY) if f.function == "my_allreduce")
     assert finding.source == "tensor.copy_(_combine(tensor))"
     assert "my_allreduce -> _combine -> _accumulate -> dist.all_reduce" in finding.message
 
@@ -360,7 +364,7 @@ def test_top_level_code_that_touches_the_grader_counts_against_every_function_of
         "    def forward_ulysses(self, x):\n"
         "        return x\n"
     )
-    findings = analyze_source(source, "src/collectives.py", DEFAULT_POLICY)
+    findings = analyze_source(source, "src/collectives.py", POLICY)
     assert {(f.rule, f.line, f.function) for f in findings} == {
         ("dynamic-dist-access", 5, "Block"),
         ("grader-internals", 5, "Block"),
@@ -413,7 +417,7 @@ TP_BLOCK = (
 )
 
 
-def test_the_default_policy_allows_tensor_parallel_collectives_only_in_their_functions() -> None:
+def test_the_handout_policy_allows_tensor_parallel_collectives_only_in_their_functions() -> None:
     assert found(TP_BLOCK, "src/transformer.py") == {("forbidden-collective", 6, "forward_ulysses")}
 
 
@@ -476,15 +480,15 @@ def test_dynamic_access_tampering_store_and_forbidden_modules_ignore_the_policy(
 
 
 def test_a_syntax_error_is_one_finding_at_its_position() -> None:
-    (finding,) = analyze_source("def my_allreduce(t):\n    return t +\n", "src/collectives.py", DEFAULT_POLICY)
+    (finding,) = analyze_source("def my_allreduce(t):\n    return t +\n", "src/collectives.py", POLICY)
     assert (finding.rule, finding.line, finding.col) == ("syntax-error", 2, 14)
     assert finding.message == "invalid syntax" and finding.source == "return t +"
 
 
 def test_unparseable_bytes_and_runaway_nesting_are_findings_not_exceptions() -> None:
-    null_byte = analyze_source("x = 1\0\n", "src/collectives.py", DEFAULT_POLICY)
-    too_deep_to_parse = analyze_source("x = " + ".".join(["a"] * 50_000), "src/collectives.py", DEFAULT_POLICY)
-    too_deep_to_check = analyze_source("x = " + ".".join(["a"] * 900), "src/collectives.py", DEFAULT_POLICY)
+    null_byte = analyze_source("x = 1\0\n", "src/collectives.py", POLICY)
+    too_deep_to_parse = analyze_source("x = " + ".".join(["a"] * 50_000), "src/collectives.py", POLICY)
+    too_deep_to_check = analyze_source("x = " + ".".join(["a"] * 900), "src/collectives.py", POLICY)
     assert [f.rule for f in null_byte + too_deep_to_parse] == ["syntax-error", "syntax-error"]
     assert [f.rule for f in too_deep_to_check] == ["analysis-error"]
 
@@ -534,13 +538,13 @@ def test_names_imported_from_another_student_file_are_judged_by_what_they_are_th
 
 def test_reached_apis_lists_every_function_with_what_it_reaches_transitively() -> None:
     text = (CORPUS / "evasions" / "helper_taint.py").read_text()
-    reached = reached_apis(text, "src/collectives.py")
+    reached = reached_apis(text, "src/collectives.py", POLICY)
     assert reached["my_allreduce"] == reached["_combine"] == reached["_accumulate"] == {"all_reduce"}
     assert reached["my_broadcast"] == set()
 
 
 def test_reached_apis_applies_the_policy_it_is_given() -> None:
-    assert reached_apis(TP_BLOCK, "src/transformer.py") == {
+    assert reached_apis(TP_BLOCK, "src/transformer.py", POLICY) == {
         "forward_tensor_parallel": set(),
         "forward_ulysses": {"all_reduce"},
     }
@@ -549,9 +553,9 @@ def test_reached_apis_applies_the_policy_it_is_given() -> None:
 
 def test_reached_apis_names_process_group_methods_and_always_forbidden_apis() -> None:
     text = (CORPUS / "evasions" / "closure_unwrap.py").read_text()
-    assert reached_apis(text, "src/collectives.py")["my_allreduce"] == {"all_reduce", "__closure__"}
+    assert reached_apis(text, "src/collectives.py", POLICY)["my_allreduce"] == {"all_reduce", "__closure__"}
     text = (CORPUS / "evasions" / "pg_on_self.py").read_text()
-    assert reached_apis(text, "src/collectives.py")["my_allreduce"] == {"allreduce"}
+    assert reached_apis(text, "src/collectives.py", POLICY)["my_allreduce"] == {"allreduce"}
 
 
 # --------------------------------------------------------------------------- independence from torch
@@ -575,16 +579,23 @@ def submission(root: Path, *, flat: bool = False) -> Path:
 
 
 @pytest.fixture
-def no_rubric_module(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make ``import grader.rubric`` fail, as before that module existed."""
-    monkeypatch.setitem(sys.modules, "grader.rubric", None)
+def rubric(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default rubric with :data:`POLICY` instead of its own (which allows Task 2 collectives anywhere)."""
+    text = (Path(__file__).parent.parent / "rubrics" / "a9.yaml").read_text()
+    allow = "    src/transformer.py: [all_reduce, all_gather]\n"
+    assert allow in text
+    functions = ("forward_tensor_parallel", "init_tensor_parallel_shards")
+    path = tmp_path_factory.mktemp("rubric") / "a9.yaml"
+    path.write_text(
+        text.replace(allow, "".join(f"    src/transformer.py::{f}: [all_reduce, all_gather]\n" for f in functions))
+    )
+    return path
 
 
-@pytest.mark.usefixtures("no_rubric_module")
 def test_check_prints_each_finding_like_a_compiler_and_exits_0(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["check", str(submission(tmp_path))]) == 0
+    assert cli.main(["check", str(submission(tmp_path)), "--rubric", str(rubric)]) == 0
     lines = capsys.readouterr().out.splitlines()
     first = lines.index(next(line for line in lines if line.startswith("src/collectives.py:11:5:")))
     assert lines[first].startswith(
@@ -595,9 +606,10 @@ def test_check_prints_each_finding_like_a_compiler_and_exits_0(
     assert lines[-1] == "4 findings in src/collectives.py, src/transformer.py"
 
 
-@pytest.mark.usefixtures("no_rubric_module")
-def test_check_json_lists_the_findings_as_result_dicts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["check", str(submission(tmp_path)), "--json"]) == 0
+def test_check_json_lists_the_findings_as_result_dicts(
+    tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["check", str(submission(tmp_path)), "--json", "--rubric", str(rubric)]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["files"] == ["src/collectives.py", "src/transformer.py"]
     assert {(f["file"], f["line"], f["function"]) for f in payload["findings"]} == {
@@ -609,34 +621,33 @@ def test_check_json_lists_the_findings_as_result_dicts(tmp_path: Path, capsys: p
     assert set(payload["findings"][0]) == {"rule", "message", "file", "line", "col", "function", "source", "origin"}
 
 
-@pytest.mark.usefixtures("no_rubric_module")
 def test_check_accepts_a_flat_directory_and_judges_files_by_their_rubric_names(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # transformer.py at the top level is still src/transformer.py for the policy: TP stays allowed.
-    assert cli.main(["check", str(submission(tmp_path, flat=True)), "--json"]) == 0
+    assert cli.main(["check", str(submission(tmp_path, flat=True)), "--json", "--rubric", str(rubric)]) == 0
     findings = json.loads(capsys.readouterr().out)["findings"]
     assert {(f["file"], f["function"]) for f in findings if f["file"] == "transformer.py"} == {
         ("transformer.py", "forward_ulysses")
     }
 
 
-@pytest.mark.usefixtures("no_rubric_module")
-def test_check_accepts_a_single_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_accepts_a_single_file(tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = submission(tmp_path) / "src" / "transformer.py"
-    assert cli.main(["check", str(path)]) == 0
+    assert cli.main(["check", str(path), "--rubric", str(rubric)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "1 finding in transformer.py"
 
 
-@pytest.mark.usefixtures("no_rubric_module")
-def test_check_shows_the_findings_grading_uses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_shows_the_findings_grading_uses(
+    tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # `grader grade` calls analyze_submission; `grader check` must not tell the student otherwise.
     root = submission(tmp_path)
     collectives = root / "src" / "collectives.py"
     collectives.write_text("from grader.matrix import guard\n" + collectives.read_text())
-    assert cli.main(["check", str(root), "--json"]) == 0
+    assert cli.main(["check", str(root), "--json", "--rubric", str(rubric)]) == 0
     shown = [Finding(**f) for f in json.loads(capsys.readouterr().out)["findings"]]
-    graded = analyze_submission(root, DEFAULT_STUDENT_FILES, DEFAULT_POLICY)
+    graded = analyze_submission(root, STUDENT_FILES, POLICY)
     assert shown == graded and "grader-internals" in {f.rule for f in shown}
 
 
@@ -662,9 +673,10 @@ def test_check_of_a_missing_path_exits_1(tmp_path: Path, capsys: pytest.CaptureF
     assert "does not exist" in capsys.readouterr().err
 
 
-@pytest.mark.usefixtures("no_rubric_module")
-def test_check_of_a_directory_without_student_files_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["check", str(tmp_path)]) == 1
+def test_check_of_a_directory_without_student_files_exits_1(
+    tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["check", str(tmp_path), "--rubric", str(rubric)]) == 1
     assert "no student files" in capsys.readouterr().err
 
 
