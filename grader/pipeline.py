@@ -41,9 +41,10 @@ def grade(
     ``submitted_at`` and ``trust_commit_time`` decide the submission time (``grader.submission_time``);
     ``deadline`` replaces the rubric's; ``secret_file`` holds the instructor's input salt.
     """
-    from grader import intake, runner, scoring, static_checks
+    from grader import intake, runner, scoring
     from grader.render.outputs import write_outputs
     from grader.rubric import load_rubric
+    from grader.runtimes.torchdist import static
 
     timings: dict[str, float] = {}
     t0 = time.monotonic()
@@ -68,7 +69,7 @@ def grade(
         timings["intake"] = time.monotonic() - t0
         t = time.monotonic()
         present = sorted(f for f in rubric.student_files if f in taken.present)
-        findings = static_checks.analyze_submission(taken.sandbox, present, rubric.policy)
+        findings = static.analyze_submission(taken.sandbox, present, rubric.policy)
         timings["static"] = time.monotonic() - t
         t = time.monotonic()
         matrix_dir = work / "matrix"
