@@ -1,8 +1,12 @@
 """``grader check``: the static policy findings of a submission, without running any of it.
 
-The engine's command, not a runtime's: it takes the student files and the policy from the rubric
-and prints what :func:`grader.runtimes.torchdist.static.analyze_files` finds, one finding per line
-as a compiler prints them (or as JSON).  Findings are a report, not a failure: exit 0.
+The engine's command, not a runtime's.  The student files and the policy come from the rubric, and
+the files are taken exactly as ``grader grade`` takes them: :func:`grader.intake.materialize` into
+a temporary sandbox with the arguments :mod:`grader.pipeline` gives it, then the same
+``analyze_submission`` call, so the two commands cannot disagree about what a submission holds or
+what is wrong with it.  Findings are named by each file's rubric path (intake does not record where
+in the submission it found a file).  A lone ``.py`` file, which intake does not take, is judged on
+its own.  Findings are a report, not a failure: exit 0.
 """
 
 from __future__ import annotations
@@ -10,33 +14,75 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from collections.abc import Iterable
+import sys
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from grader import intake
 from grader.errors import UserError
-from grader.policy import Policy
 from grader.results import Finding
-from grader.runtimes.torchdist.static import analyze_files
+from grader.runtimes.torchdist.static import analyze_files, analyze_submission
+from grader.text import shown
+
+if TYPE_CHECKING:
+    from grader.rubric import Rubric
 
 
-def find_student_files(root: Path, wanted: Iterable[str]) -> dict[str, Path]:
-    """Map each wanted path (``src/collectives.py``) to the file holding it: in place, or flat."""
-    found = {}
-    for rel_path in wanted:
-        for candidate in (root / rel_path, root / Path(rel_path).name):
-            if candidate.is_file():
-                found[rel_path] = candidate
-                break
-    return found
-
-
-def _settings(rubric_path: Path | None) -> tuple[Policy, tuple[str, ...]]:
-    """The rubric's policy and the Python files among its student files (the default rubric when None)."""
+def main(args: argparse.Namespace) -> int:
+    """``grader check``: print the static findings.  Findings are a report, not a failure (exit 0)."""
     from grader.rubric import load_rubric
 
-    rubric = load_rubric(rubric_path)
-    return rubric.policy, tuple(str(f) for f in rubric.student_files if str(f).endswith(".py"))
+    rubric = load_rubric(args.rubric)
+    path = Path(args.submission)
+    if path.suffix == ".py" and path.is_file():
+        checked, findings = _check_file(path, rubric)
+    else:
+        checked, findings = _check_submission(args.submission, rubric)
+    if args.json:
+        payload: dict[str, Any] = {
+            "submission": str(args.submission),
+            "files": checked,
+            "findings": [dataclasses.asdict(f) for f in findings],
+        }
+        print(json.dumps(payload, indent=2))
+        return 0
+    for finding in findings:
+        print(format_finding(finding))
+    count = f"{len(findings)} finding{'s' if len(findings) != 1 else ''}" if findings else "no findings"
+    print(f"{count} in {', '.join(checked)}")
+    return 0
+
+
+def _check_submission(source: str, rubric: Rubric) -> tuple[list[str], list[Finding]]:
+    """A directory, archive or git repository, taken and analysed as ``grader grade`` does."""
+    limits = rubric.limits
+    with tempfile.TemporaryDirectory(prefix="grader-check-") as work:
+        taken = intake.materialize(
+            source,
+            student_files=list(rubric.student_files),
+            deliverables=list(rubric.deliverable_files),
+            dest=Path(work) / "sandbox",
+            max_file_bytes=limits.file_size_mb << 20,
+            max_total_bytes=limits.submission_mb << 20,
+        )
+        refusals = [problem for problem in taken.problems if not problem.endswith(" is missing")]
+        present = sorted(f for f in rubric.student_files if f in taken.present)
+        if not present:
+            looked = f"looked for {', '.join(rubric.student_files)}, also by file name alone"
+            where = f"here and in a folder up to {intake.SEARCH_DEPTH} levels down"
+            raise UserError("; ".join([f"no student files in {shown(str(source))} ({looked}, {where})", *refusals]))
+        for problem in refusals:  # why a file the rubric names was not taken (a symlink, too big...)
+            print(f"grader: note: {problem}", file=sys.stderr)
+        return present, analyze_submission(taken.sandbox, present, rubric.policy)
+
+
+def _check_file(path: Path, rubric: Rubric) -> tuple[list[str], list[Finding]]:
+    """A lone ``.py`` file: judged under the rubric path with its file name (else under its own name),
+    and reported under its own name."""
+    name = next((f for f in rubric.student_files if Path(f).name == path.name and f.endswith(".py")), path.name)
+    findings = analyze_files({name: path}, rubric.policy)
+    return [path.name], [dataclasses.replace(f, file=path.name) for f in findings]
 
 
 def format_finding(finding: Finding) -> str:
@@ -44,35 +90,3 @@ def format_finding(finding: Finding) -> str:
     where = f" in {finding.function}" if finding.function else ""
     head = f"{finding.file}:{finding.line}:{finding.col + 1}: {finding.rule}{where}: {finding.message}"
     return f"{head}\n    {finding.source}" if finding.source else head
-
-
-def main(args: argparse.Namespace) -> int:
-    """``grader check``: print the static findings.  Findings are a report, not a failure (exit 0)."""
-    root = Path(args.submission)
-    if not root.exists():
-        raise UserError(f"{root} does not exist")
-    policy, wanted = _settings(args.rubric)
-    if root.is_file():
-        name = next((w for w in wanted if Path(w).name == root.name), root.name)
-        files, root = {name: root}, root.parent
-    else:
-        files = find_student_files(root, wanted)
-    if not files:
-        raise UserError(f"no student files in {root} (looked for {', '.join(wanted)}, also without src/)")
-    # Each file is judged under its rubric name (the policy's key), reported where it really is.
-    shown = {rel_path: path.relative_to(root).as_posix() for rel_path, path in files.items()}
-    findings = [dataclasses.replace(f, file=shown[f.file]) for f in analyze_files(files, policy)]
-    if args.json:
-        payload: dict[str, Any] = {
-            "submission": str(args.submission),
-            "files": sorted(shown.values()),
-            "findings": [dataclasses.asdict(f) for f in findings],
-        }
-        print(json.dumps(payload, indent=2))
-        return 0
-    for finding in findings:
-        print(format_finding(finding))
-    checked = ", ".join(sorted(shown.values()))
-    count = f"{len(findings)} finding{'s' if len(findings) != 1 else ''}" if findings else "no findings"
-    print(f"{count} in {checked}")
-    return 0

@@ -10,19 +10,22 @@ must produce none.  A header ``# path: src/transformer.py`` judges a file as tha
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import re
 import subprocess
 import sys
-import types
+import zipfile
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+import grader.rubric
 from grader import cli
 from grader.policy import COLLECTIVES, PROCESS_GROUP_METHODS, STRICT, FunctionPolicy, Policy
 from grader.results import Finding
+from grader.rubric import Rubric, load_rubric
 from grader.runtimes.torchdist.static import analyze_source, analyze_submission, reached_apis
 
 CORPUS = Path(__file__).parent / "corpus" / "policy"
@@ -33,6 +36,7 @@ PATH = re.compile(r"^# path: (\S+)$", re.MULTILINE)
 STUDENT_FUNCTIONS = {"my_broadcast", "my_allreduce", "my_allgather", "my_reduce_scatter", "my_all_to_all"}
 EVERYTHING_ALLOWED = FunctionPolicy(allowed=COLLECTIVES | PROCESS_GROUP_METHODS)
 STUDENT_FILES = ("src/collectives.py", "src/transformer.py")
+A9 = load_rubric()
 TP_COLLECTIVES = FunctionPolicy(allowed=frozenset({"all_reduce", "all_gather"}))
 #: The policy the corpus and these tests are written against: the handout's Task 2 tensor-parallel
 #: functions may call ``dist.all_reduce``/``dist.all_gather``, everything else is held to send/recv.
@@ -621,15 +625,63 @@ def test_check_json_lists_the_findings_as_result_dicts(
     assert set(payload["findings"][0]) == {"rule", "message", "file", "line", "col", "function", "source", "origin"}
 
 
-def test_check_accepts_a_flat_directory_and_judges_files_by_their_rubric_names(
+def test_check_accepts_a_flat_directory_and_names_files_by_their_rubric_paths(
     tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # transformer.py at the top level is still src/transformer.py for the policy: TP stays allowed.
     assert cli.main(["check", str(submission(tmp_path, flat=True)), "--json", "--rubric", str(rubric)]) == 0
     findings = json.loads(capsys.readouterr().out)["findings"]
-    assert {(f["file"], f["function"]) for f in findings if f["file"] == "transformer.py"} == {
-        ("transformer.py", "forward_ulysses")
+    assert {(f["file"], f["function"]) for f in findings if f["file"] == "src/transformer.py"} == {
+        ("src/transformer.py", "forward_ulysses")
     }
+
+
+def test_check_finds_the_files_where_grading_does(
+    tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A GitHub Classroom download wraps the repo in a folder: intake looks there, so check does too.
+    download = tmp_path / "download"
+    submission(download / "a9-student")
+    assert cli.main(["check", str(download), "--json", "--rubric", str(rubric)]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["files"] == ["src/collectives.py", "src/transformer.py"]
+    assert [Finding(**f) for f in payload["findings"]] == analyze_submission(
+        download / "a9-student", STUDENT_FILES, POLICY
+    )
+
+
+def test_check_takes_an_archive_as_grading_does(
+    tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = submission(tmp_path / "repo")
+    archive = tmp_path / "submission.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for path in sorted(root.rglob("*.py")):
+            zipped.write(path, path.relative_to(root).as_posix())
+    assert cli.main(["check", str(archive), "--rubric", str(rubric)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "4 findings in src/collectives.py, src/transformer.py"
+
+
+def test_check_refuses_what_grading_refuses_and_says_why(
+    tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = submission(tmp_path / "repo")
+    outside = tmp_path / "elsewhere.py"
+    (root / "src" / "transformer.py").rename(outside)
+    (root / "src" / "transformer.py").symlink_to(outside)
+    assert cli.main(["check", str(root), "--rubric", str(rubric)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[-1] == "3 findings in src/collectives.py"
+    assert "grader: note: src/transformer.py is a symlink: refused" in captured.err.splitlines()
+
+
+def test_check_of_a_folder_holding_several_submissions_exits_1(
+    tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    submission(tmp_path / "alice")
+    submission(tmp_path / "bob")
+    assert cli.main(["check", str(tmp_path), "--rubric", str(rubric)]) == 1
+    assert "several submissions" in capsys.readouterr().err
 
 
 def test_check_accepts_a_single_file(tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -656,12 +708,12 @@ def test_check_uses_the_rubric_policy_and_student_files(
 ) -> None:
     seen = []
 
-    def load_rubric(path: Path | None) -> types.SimpleNamespace:
+    def load_rubric(path: Path | None) -> Rubric:
         seen.append(path)
         policy = Policy({"src/collectives.py": EVERYTHING_ALLOWED})
-        return types.SimpleNamespace(policy=policy, student_files=("src/collectives.py", "written_answers_task1.md"))
+        return dataclasses.replace(A9, policy=policy, student_files=("src/collectives.py",))
 
-    monkeypatch.setitem(sys.modules, "grader.rubric", types.SimpleNamespace(load_rubric=load_rubric))
+    monkeypatch.setattr(grader.rubric, "load_rubric", load_rubric)
     rubric = tmp_path / "rubric.yaml"
     assert cli.main(["check", str(submission(tmp_path)), "--rubric", str(rubric)]) == 0
     assert seen == [rubric]
