@@ -521,6 +521,7 @@ def test_analyze_submission_reads_the_named_files_and_skips_missing_ones(tmp_pat
         ("from src.collectives import ar as reduce_", "reduce_(x)"),
         ("from . import collectives", "collectives.ar(x)"),
         ("import src.collectives", "src.collectives.ar(x)"),
+        ("from collectives import ar", "ar(x)"),
     ],
 )
 def test_names_imported_from_another_student_file_are_judged_by_what_they_are_there(
@@ -534,6 +535,29 @@ def test_names_imported_from_another_student_file_are_judged_by_what_they_are_th
     findings = analyze_submission(tmp_path, ["src/collectives.py", "src/transformer.py"], STRICT)
     assert [(f.file, f.rule, f.line, f.function) for f in findings] == [
         ("src/transformer.py", "forbidden-collective", 4, "forward_ulysses")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("import_line", "call"),
+    [
+        ("from .helpers import ar", "ar(t)"),
+        ("from lib.helpers import ar", "ar(t)"),
+        ("from helpers import ar", "ar(t)"),
+        ("import lib.helpers as helpers", "helpers.ar(t)"),
+        ("from lib import helpers", "helpers.ar(t)"),
+    ],
+)
+def test_a_rubric_may_name_student_files_outside_src(tmp_path: Path, import_line: str, call: str) -> None:
+    # lib/ops.py is the module lib.ops: its imports of lib/helpers.py resolve, however spelled.
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "helpers.py").write_text("import torch.distributed as dist\nar = dist.all_reduce\n")
+    ops = f"{import_line}\n\ndef reduce_all(t):\n    {call}\n\ndef reduce_allowed(t):\n    {call}\n"
+    (tmp_path / "lib" / "ops.py").write_text(ops)
+    policy = Policy({"lib/ops.py::reduce_allowed": TP_COLLECTIVES})
+    findings = analyze_submission(tmp_path, ["lib/ops.py", "lib/helpers.py"], policy)
+    assert [(f.file, f.rule, f.line, f.function) for f in findings] == [
+        ("lib/ops.py", "forbidden-collective", 4, "reduce_all")
     ]
 
 

@@ -27,6 +27,8 @@ Conventions (shared with the scorer and the runtime findings):
   report prints ``col + 1`` as compilers do.
 * An alias (``f = dist.all_reduce`` or an import) is not a use; every use through it is, also in
   another student file that imports it (:func:`analyze_submission` analyses the files together).
+  A student file is the module its rubric path names (``src/collectives.py`` is ``src.collectives``,
+  ``lib/x.py`` is ``lib.x``), imported relatively, from the top, or by its last name alone.
 * Collectives a function's policy allows stay allowed in helpers that only it calls, so factoring a
   permitted ``all_gather`` into a helper does not turn it into a violation.
 * The grader is importable where student code runs, so every mention of it (an import, a name or

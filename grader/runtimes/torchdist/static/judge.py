@@ -19,7 +19,7 @@ from pathlib import Path
 from grader.policy import FunctionPolicy, Policy
 from grader.results import Finding
 from grader.runtimes.torchdist.static.collect import Collector, Ref, Scope, const_str, getattr_name
-from grader.runtimes.torchdist.static.resolve import Exports, Resolver, TooComplex, module_exports
+from grader.runtimes.torchdist.static.resolve import Resolver, Siblings, TooComplex, link
 from grader.runtimes.torchdist.static.rules import (
     ANALYSIS_ERROR,
     DYNAMIC_DIST_ACCESS,
@@ -53,12 +53,12 @@ class _Use:
 
 
 class _Analysis:
-    def __init__(self, source: str, rel_path: str, policy: Policy, tree: ast.Module, exports: Exports) -> None:
+    def __init__(self, source: str, rel_path: str, policy: Policy, tree: ast.Module, siblings: Siblings | None) -> None:
         self.lines = source.splitlines()
         self.rel_path = rel_path
         self.policy = policy
         self.collected = Collector(tree)
-        self.resolver = Resolver(self.collected, exports)
+        self.resolver = Resolver(self.collected, siblings)
         self.uses: list[_Use] = []
         self.edges: dict[str | None, list[tuple[str | None, ast.AST]]] = defaultdict(list)
         self._judge()
@@ -324,7 +324,7 @@ def _public(unit: str | None) -> str | None:
 
 
 def _run(
-    source: str, rel_path: str, policy: Policy, exports: Exports | None = None
+    source: str, rel_path: str, policy: Policy, siblings: Siblings | None = None
 ) -> tuple[list[tuple[Finding, str]], dict[str | None, str]]:
     try:
         tree = ast.parse(source, filename=rel_path)
@@ -342,7 +342,7 @@ def _run(
     except (ValueError, RecursionError, MemoryError) as exc:  # null bytes; nesting the parser refuses
         return [(Finding(SYNTAX_ERROR, f"the file cannot be parsed: {exc}", rel_path, 1), "")], {}
     try:
-        analysis = _Analysis(source, rel_path, policy, tree, exports or {})
+        analysis = _Analysis(source, rel_path, policy, tree, siblings)
         return analysis.results(), analysis.collected.units
     except RecursionError:
         message = "the file is nested too deeply to be checked; simplify the deepest expression"
@@ -366,20 +366,21 @@ def analyze_submission(root: Path, files: Iterable[str], policy: Policy) -> list
 
 
 def analyze_files(paths: Mapping[str, Path], policy: Policy) -> list[Finding]:
+    """Findings for student files given by rubric path (the policy's key, and the module name the
+    others import it by) -> where the file is, analysed together as :func:`analyze_submission` does."""
     sources: dict[str, str | Finding] = {}
     for rel_path, path in paths.items():
         try:
             sources[rel_path] = path.read_bytes().decode("utf-8")
         except UnicodeDecodeError as exc:
             sources[rel_path] = Finding(SYNTAX_ERROR, f"the file is not UTF-8 text: {exc.reason}", rel_path, 1)
-    exports = {Path(rel).stem: module_exports(text) for rel, text in sources.items() if isinstance(text, str)}
+    siblings = link({rel_path: text for rel_path, text in sources.items() if isinstance(text, str)})
     findings: list[Finding] = []
     for rel_path, text in sources.items():
         if isinstance(text, Finding):
             findings.append(text)
             continue
-        others = {stem: names for stem, names in exports.items() if stem != Path(rel_path).stem}
-        findings += [finding for finding, _ in _run(text, rel_path, policy, others)[0]]
+        findings += [finding for finding, _ in _run(text, rel_path, policy, siblings[rel_path])[0]]
     return findings
 
 

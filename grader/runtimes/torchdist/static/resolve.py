@@ -4,15 +4,17 @@
 parameters fed from the file's own call sites, attributes set on ``self``, return values, what is
 put into containers) and then answers what an expression may be, as a set of dotted names and
 markers (``<pg>``, ``<def>3``...).  A name imported from another student file is replaced by what
-it is there (:func:`module_exports`), so an alias cannot launder a collective across files.  A file
-that makes the sets explode raises :class:`TooComplex`, to be reported rather than guessed at.
+it is there (:class:`Siblings`, built by :func:`link`), so an alias cannot launder a collective
+across files.  A file that makes the sets explode raises :class:`TooComplex`, to be reported rather
+than guessed at.
 """
 
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
+from pathlib import PurePosixPath
 
 from grader.runtimes.torchdist.static.collect import Collector, Scope, const_str, getattr_name
 from grader.runtimes.torchdist.static.rules import OP_LOOKUPS, PG, PG_FACTORIES, canonical, tracked, under
@@ -28,8 +30,6 @@ _MAX_VALUES = 2000  # a binding that may denote more things than this is not ana
 _MAX_ROUNDS = 40
 
 _RETURN = "<return>"  # the pseudo-name a function's return values are bound to in its own scope
-#: Other student files' module-level names and what they may be: ``{"collectives": {"ar": {...}}}``.
-Exports = Mapping[str, Mapping[str, set[str]]]
 
 
 class TooComplex(Exception):
@@ -39,9 +39,9 @@ class TooComplex(Exception):
 class Resolver:
     """Solves the binding equations by fixed point, then answers 'what may this expression be'."""
 
-    def __init__(self, collected: Collector, exports: Exports | None = None) -> None:
+    def __init__(self, collected: Collector, siblings: Siblings | None = None) -> None:
         self.c = collected
-        self.exports = exports or {}
+        self.siblings = siblings or Siblings("", {})
         self.env: dict[tuple[Scope, str], set[str]] = defaultdict(set)
         for scope, name, values in collected.const:
             self.env[self._target(scope, name), name].update(values)
@@ -161,31 +161,25 @@ class Resolver:
             return self._linked(self.env.get((where, name), set()))
         return {f"builtins.{name}", *(f"{module}.{name}" for module in self.c.module.star_modules)}
 
-    def _sibling(self, value: str) -> tuple[str, list[str]] | None:
-        """``(module, names)`` when ``value`` is in another student file (``.collectives.x``, ``src.collectives``)."""
-        parts = value.lstrip(".").split(".")
-        parts = parts[1:] if parts[0] == "src" else parts
-        return (parts[0], parts[1:]) if parts and parts[0] in self.exports else None
-
     def _linked(self, values: set[str]) -> set[str]:
         """Replace names imported from another student file by what they are there."""
-        if not self.exports:
+        if not self.siblings.exports:
             return values
         linked = set()
         for value in values:
-            sibling = self._sibling(value)
+            sibling = self.siblings.find(value)
             if sibling is None or not sibling[1]:
                 linked.add(value)
             else:
                 module, (name, *attrs) = sibling
-                found = set(self.exports[module].get(name, set()))
+                found = set(self.siblings.exports[module].get(name, set()))
                 for attr in attrs:
                     found = {v for base in found for v in self.attribute(base, attr)}
                 linked |= found
         return linked
 
     def attribute(self, value: str, attr: str) -> set[str]:
-        if self._sibling(f"{value}.{attr}") is not None:
+        if self.siblings.find(f"{value}.{attr}") is not None:
             return self._linked({f"{value}.{attr}"})
         if under(value, PG):
             return {f"{PG}.{attr}"}
@@ -292,4 +286,66 @@ def module_exports(source: str) -> dict[str, set[str]]:
     return {
         name: {v for v in resolver.lookup(name, module) if under(v, PG) or not v.startswith("<")}
         for name in module.bound
+    }
+
+
+def module_name(rel_path: str) -> str:
+    """The dotted module a student file is: its rubric path without ``.py``.
+
+    ``src/collectives.py`` is ``src.collectives`` and ``lib/x.py`` is ``lib.x``: what an absolute
+    import from the submission's top names it by, and what its relative imports are resolved from.
+    """
+    return ".".join(PurePosixPath(rel_path.removesuffix(".py")).parts)
+
+
+class Siblings:
+    """The other student files one file may import from, and the names it may give them."""
+
+    def __init__(self, here: str, exports: Mapping[str, Mapping[str, set[str]]]) -> None:
+        #: the file's own module name (see :func:`module_name`), which its relative imports start from
+        self.here = here
+        #: every other student file's module name -> its module-level names -> what each may be
+        self.exports = exports
+        # longest names first, so that ``a.b`` is found before a module ``a``
+        self._modules = sorted((tuple(m.split(".")) for m in exports), key=len, reverse=True)
+        last = Counter(m.rpartition(".")[2] for m in (here, *exports))
+        #: a module by its last name alone (``collectives``), when no other student file shares it
+        self._bare = {m.rpartition(".")[2]: m for m in exports if last[m.rpartition(".")[2]] == 1}
+
+    def find(self, value: str) -> tuple[str, list[str]] | None:
+        """``(module, names)`` when the dotted ``value`` is a name in another student file.
+
+        ``value`` is what an import bound: relative (``.collectives.ar``, resolved from this file's
+        package; more dots than packages stop at the top), absolute from the submission's top
+        (``src.collectives.ar``), or by the module's last name alone (``collectives.ar``, as when
+        its folder is on ``sys.path``).  A relative name that names no student file from this file's
+        package is also tried from the top, as the analysis always has: better a link too many than
+        an alias missed.  ``names`` are what follows the module (``["ar"]``).
+        """
+        if not self.exports:
+            return None
+        level = len(value) - len(value.lstrip("."))
+        parts = value[level:].split(".")
+        if level:
+            package = self.here.split(".")[:-1]
+            found = self._match(package[: max(len(package) - (level - 1), 0)] + parts)
+            if found is not None:
+                return found
+        return self._match(parts)
+
+    def _match(self, parts: list[str]) -> tuple[str, list[str]] | None:
+        for module in self._modules:
+            if tuple(parts[: len(module)]) == module:
+                return ".".join(module), parts[len(module) :]
+        bare = self._bare.get(parts[0])
+        return (bare, parts[1:]) if bare is not None else None
+
+
+def link(sources: Mapping[str, str]) -> dict[str, Siblings]:
+    """For each student file (rubric path -> its text), the other files it may import from."""
+    modules = {rel_path: module_name(rel_path) for rel_path in sources}
+    exports = {modules[rel_path]: module_exports(text) for rel_path, text in sources.items()}
+    return {
+        rel_path: Siblings(here, {module: names for module, names in exports.items() if module != here})
+        for rel_path, here in modules.items()
     }
