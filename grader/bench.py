@@ -114,14 +114,7 @@ def main(args: argparse.Namespace) -> int:
     rubric = load_rubric(args.rubric)
     pack = load_pack(rubric.assignment.pack)
     with tempfile.TemporaryDirectory(prefix="grader-bench-") as tmp:
-        taken = intake.materialize(
-            args.submission,
-            student_files=list(rubric.student_files),
-            deliverables=[],
-            dest=Path(tmp) / "sandbox",
-            max_file_bytes=rubric.limits.file_size_mb << 20,
-            max_total_bytes=rubric.limits.submission_mb << 20,
-        )
+        taken = intake.take(args.submission, rubric, Path(tmp) / "sandbox")
         present = {f for f in rubric.student_files if f in taken.present}
         pool = [
             c

@@ -182,9 +182,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return pipeline.main(args)
     if args.command == "check":
-        from grader import static_checks
+        from grader import check
 
-        return static_checks.main(args)
+        return check.main(args)
     if args.command == "rubric":
         from grader import rubric
 

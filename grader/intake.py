@@ -49,13 +49,16 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from grader import gitread
 from grader.errors import UserError
 from grader.results import SubmissionInfo
 from grader.submission_time import SubmittedAt, resolve
 from grader.text import shown
+
+if TYPE_CHECKING:
+    from grader.rubric import Rubric
 
 SEARCH_DEPTH = 3  # levels searched for the directory that holds the student files
 MAX_DEPTH = 64  # folder levels searched for a deliverable, and kept from an archive
@@ -99,6 +102,27 @@ class _Budget:
         """Record a problem once, however many times it is met."""
         if problem not in self.problems:
             self.problems.append(problem)
+
+
+def take(
+    source: str | Path,
+    rubric: Rubric,
+    dest: Path,
+    submitted_at: SubmittedAt | None = None,
+    trust_commit_time: bool = False,
+) -> Intake:
+    """:func:`materialize` with what ``rubric`` names and allows: how every command that reads a
+    submission (grade, check, batch's cache key, bench) takes it, so none can disagree with another."""
+    return materialize(
+        source,
+        student_files=list(rubric.student_files),
+        deliverables=list(rubric.deliverable_files),
+        dest=dest,
+        max_file_bytes=rubric.limits.file_size_mb << 20,
+        max_total_bytes=rubric.limits.submission_mb << 20,
+        submitted_at=submitted_at,
+        trust_commit_time=trust_commit_time,
+    )
 
 
 def materialize(

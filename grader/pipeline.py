@@ -41,9 +41,10 @@ def grade(
     ``submitted_at`` and ``trust_commit_time`` decide the submission time (``grader.submission_time``);
     ``deadline`` replaces the rubric's; ``secret_file`` holds the instructor's input salt.
     """
-    from grader import intake, runner, scoring, static_checks
+    from grader import intake, runner, scoring
     from grader.render.outputs import write_outputs
     from grader.rubric import load_rubric
+    from grader.runtimes.torchdist import static
 
     timings: dict[str, float] = {}
     t0 = time.monotonic()
@@ -55,20 +56,11 @@ def grade(
     work = Path(tempfile.mkdtemp(prefix="grader-"))
     try:
         os.chmod(work, 0o711)  # the student uid may traverse to its sandbox, but not list or write
-        taken = intake.materialize(
-            source,
-            student_files=list(rubric.student_files),
-            deliverables=list(rubric.deliverable_files),
-            dest=work / "sandbox",
-            max_file_bytes=limits.file_size_mb << 20,
-            max_total_bytes=limits.submission_mb << 20,
-            submitted_at=submitted_at,
-            trust_commit_time=trust_commit_time,
-        )
+        taken = intake.take(source, rubric, work / "sandbox", submitted_at, trust_commit_time)
         timings["intake"] = time.monotonic() - t0
         t = time.monotonic()
         present = sorted(f for f in rubric.student_files if f in taken.present)
-        findings = static_checks.analyze_submission(taken.sandbox, present, rubric.policy)
+        findings = static.analyze_submission(taken.sandbox, present, rubric.policy)
         timings["static"] = time.monotonic() - t
         t = time.monotonic()
         matrix_dir = work / "matrix"

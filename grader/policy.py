@@ -1,7 +1,7 @@
 """The communication policy: which ``torch.distributed`` APIs student code may reach.
 
 One list serves both enforcement layers, so they cannot drift apart: the static analysis
-(``grader.static_checks``) reports uses of these names with a line number, and the runtime guard
+(``grader.runtimes.torchdist.static``) reports uses of these names with a line number, and the runtime guard
 (``grader.sandbox.guard``) replaces them inside every rank process before student code loads.
 The rubric chooses, per student function, which of them are allowed (Task 2 may use
 ``all_reduce``/``all_gather`` as the handout permits).

@@ -23,14 +23,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grader import static_checks
 from grader.errors import UserError
 from grader.intake import materialize
 from grader.packs.a9 import catalog
-from grader.render.student_report import render_student_report
 from grader.render.outputs import OUTPUT_FILES, write_outputs
+from grader.render.student_report import render_student_report
 from grader.results import schema_path
 from grader.rubric import load_rubric
+from grader.runtimes.torchdist import static
 from grader.scoring import score
 
 # Archives with a member twice are part of what is tried.
@@ -96,7 +96,7 @@ def grade_without_matrix(source: Path | str, work: Path) -> None:
         assert str(exc).strip()
         return
     present = sorted(f for f in RUBRIC.student_files if f in taken.present)
-    findings = static_checks.analyze_submission(taken.sandbox, present, RUBRIC.policy)
+    findings = static.analyze_submission(taken.sandbox, present, RUBRIC.policy)
     result = score(RUBRIC, JUNIT, taken.info, findings, taken.sandbox)
     assert all(problem.isprintable() for problem in result.submission.problems), result.submission.problems
     written = write_outputs(result, work / "out", JUNIT)

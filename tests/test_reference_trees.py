@@ -280,7 +280,7 @@ def test_busiest_rank_traffic_tells_the_references_apart(
 
 def _collective_uses(source: str) -> list[str]:
     """Built-in collectives a module reaches: ``x.<collective>`` attributes and names imported
-    from ``torch.distributed``.  (A simple check; grader.static_checks is the full analysis.)"""
+    from ``torch.distributed``.  (A simple check; grader.runtimes.torchdist.static is the full analysis.)"""
     names = COLLECTIVES | PROCESS_GROUP_METHODS
     found = []
     for node in ast.walk(ast.parse(source)):

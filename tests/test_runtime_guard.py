@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from grader import static_checks
 from grader.policy import STRICT
 from grader.runner import run_matrix
+from grader.runtimes.torchdist import static
 from grader.scoring import read_junit
 
 EVASIONS = sorted((Path(__file__).parent / "corpus" / "policy" / "evasions").glob("*.py"))
@@ -59,5 +59,5 @@ def test_an_evasion_never_passes_at_run_time(tmp_path: Path, path: Path) -> None
         assert case.verdict.value in ("forbidden", "tampering"), case.message
         return
     assert case.verdict.value != "pass"
-    findings = static_checks.analyze_submission(box, ["src/collectives.py"], STRICT)
+    findings = static.analyze_submission(box, ["src/collectives.py"], STRICT)
     assert any(f.function == function for f in findings), findings

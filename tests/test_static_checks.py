@@ -4,32 +4,29 @@ The corpus under ``tests/corpus/policy`` is the bulk of the specification: every
 ``evasions/`` declares its findings in header lines ``# expect: RULE@LINE in FUNCTION`` (``in
 FUNCTION`` omitted for module-level code) and must produce exactly those; every file in ``clean/``
 must produce none.  A header ``# path: src/transformer.py`` judges a file as that student file
-(default ``src/collectives.py``), under the built-in policy.  The files are only ever parsed here.
+(default ``src/collectives.py``), under :data:`POLICY`.  The files are only ever parsed here.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import re
 import subprocess
 import sys
-import types
+import zipfile
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+import grader.rubric
 from grader import cli
 from grader.policy import COLLECTIVES, PROCESS_GROUP_METHODS, STRICT, FunctionPolicy, Policy
 from grader.results import Finding
-from grader.static_checks import (
-    DEFAULT_POLICY,
-    DEFAULT_STUDENT_FILES,
-    analyze_source,
-    analyze_submission,
-    reached_apis,
-)
+from grader.rubric import Rubric, load_rubric
+from grader.runtimes.torchdist.static import analyze_source, analyze_submission, reached_apis
 
 CORPUS = Path(__file__).parent / "corpus" / "policy"
 EVASIONS = sorted((CORPUS / "evasions").glob("*.py"))
@@ -38,6 +35,19 @@ EXPECT = re.compile(r"^# expect: (?P<rule>[\w-]+)@(?P<line>\d+)(?: in (?P<functi
 PATH = re.compile(r"^# path: (\S+)$", re.MULTILINE)
 STUDENT_FUNCTIONS = {"my_broadcast", "my_allreduce", "my_allgather", "my_reduce_scatter", "my_all_to_all"}
 EVERYTHING_ALLOWED = FunctionPolicy(allowed=COLLECTIVES | PROCESS_GROUP_METHODS)
+STUDENT_FILES = ("src/collectives.py", "src/transformer.py")
+A9 = load_rubric()
+TP_COLLECTIVES = FunctionPolicy(allowed=frozenset({"all_reduce", "all_gather"}))
+#: The policy the corpus and these tests are written against: the handout's Task 2 tensor-parallel
+#: functions may call ``dist.all_reduce``/``dist.all_gather``, everything else is held to send/recv.
+#: Narrower than ``rubrics/a9.yaml`` (which allows them anywhere in ``transformer.py``), so that a
+#: collective in ``forward_ulysses`` still shows.
+POLICY = Policy(
+    {
+        "src/transformer.py::forward_tensor_parallel": TP_COLLECTIVES,
+        "src/transformer.py::init_tensor_parallel_shards": TP_COLLECTIVES,
+    }
+)
 
 
 def rel_path_of(text: str) -> str:
@@ -52,7 +62,7 @@ def declared(text: str) -> Counter[tuple[str, int, str | None]]:
     return Counter((m["rule"], int(m["line"]), m["function"]) for m in EXPECT.finditer(text))
 
 
-def found(source: str, rel_path: str = "src/collectives.py", policy: Policy = DEFAULT_POLICY) -> set[tuple]:
+def found(source: str, rel_path: str = "src/collectives.py", policy: Policy = POLICY) -> set[tuple]:
     return {(f.rule, f.line, f.function) for f in analyze_source(source, rel_path, policy)}
 
 
@@ -72,14 +82,14 @@ def test_every_evasion_declares_what_it_expects(path: Path) -> None:
 @pytest.mark.parametrize("path", EVASIONS, ids=lambda p: p.stem)
 def test_each_evasion_is_reported_with_its_rule_line_and_function(path: Path) -> None:
     text = path.read_text()
-    findings = analyze_source(text, rel_path_of(text), DEFAULT_POLICY)
+    findings = analyze_source(text, rel_path_of(text), POLICY)
     assert Counter((f.rule, f.line, f.function) for f in findings) == declared(text)
 
 
 @pytest.mark.parametrize("path", CLEAN, ids=lambda p: p.stem)
 def test_clean_lookalikes_produce_no_finding(path: Path) -> None:
     text = path.read_text()
-    assert analyze_source(text, rel_path_of(text), DEFAULT_POLICY) == []
+    assert analyze_source(text, rel_path_of(text), POLICY) == []
 
 
 @pytest.mark.parametrize("path", STAND_INS, ids=lambda p: p.stem)
@@ -94,7 +104,7 @@ def test_collectives_stand_ins_define_the_five_functions(path: Path) -> None:
 
 def test_a_finding_names_file_position_function_and_the_stripped_line() -> None:
     source = "import torch.distributed as dist\n\ndef my_allreduce(t):\n    if t.numel():\n        dist.all_reduce(t)\n"
-    (finding,) = analyze_source(source, "src/collectives.py", DEFAULT_POLICY)
+    (finding,) = analyze_source(source, "src/collectives.py", POLICY)
     assert (finding.rule, finding.file, finding.line, finding.col) == (
         "forbidden-collective",
         "src/collectives.py",
@@ -107,7 +117,7 @@ def test_a_finding_names_file_position_function_and_the_stripped_line() -> None:
 
 def test_an_alias_names_what_it_stands_for() -> None:
     source = "from torch.distributed import all_gather as g\n\ndef my_allgather(t):\n    g([t], t)\n"
-    (finding,) = analyze_source(source, "src/collectives.py", DEFAULT_POLICY)
+    (finding,) = analyze_source(source, "src/collectives.py", POLICY)
     assert finding.message.startswith("g (it is torch.distributed.all_gather) is not allowed")
 
 
@@ -163,9 +173,7 @@ def test_a_process_group_method_needs_a_process_group() -> None:
 
 def test_a_helper_chain_taints_each_caller_at_its_call_and_names_the_chain() -> None:
     text = (CORPUS / "evasions" / "helper_taint.py").read_text()
-    finding = next(
-        f for f in analyze_source(text, "src/collectives.py", DEFAULT_POLICY) if f.function == "my_allreduce"
-    )
+    finding = next(f for f in analyze_source(text, "src/collectives.py", POLICY) if f.function == "my_allreduce")
     assert finding.source == "tensor.copy_(_combine(tensor))"
     assert "my_allreduce -> _combine -> _accumulate -> dist.all_reduce" in finding.message
 
@@ -360,7 +368,7 @@ def test_top_level_code_that_touches_the_grader_counts_against_every_function_of
         "    def forward_ulysses(self, x):\n"
         "        return x\n"
     )
-    findings = analyze_source(source, "src/collectives.py", DEFAULT_POLICY)
+    findings = analyze_source(source, "src/collectives.py", POLICY)
     assert {(f.rule, f.line, f.function) for f in findings} == {
         ("dynamic-dist-access", 5, "Block"),
         ("grader-internals", 5, "Block"),
@@ -413,7 +421,7 @@ TP_BLOCK = (
 )
 
 
-def test_the_default_policy_allows_tensor_parallel_collectives_only_in_their_functions() -> None:
+def test_the_handout_policy_allows_tensor_parallel_collectives_only_in_their_functions() -> None:
     assert found(TP_BLOCK, "src/transformer.py") == {("forbidden-collective", 6, "forward_ulysses")}
 
 
@@ -476,15 +484,15 @@ def test_dynamic_access_tampering_store_and_forbidden_modules_ignore_the_policy(
 
 
 def test_a_syntax_error_is_one_finding_at_its_position() -> None:
-    (finding,) = analyze_source("def my_allreduce(t):\n    return t +\n", "src/collectives.py", DEFAULT_POLICY)
+    (finding,) = analyze_source("def my_allreduce(t):\n    return t +\n", "src/collectives.py", POLICY)
     assert (finding.rule, finding.line, finding.col) == ("syntax-error", 2, 14)
     assert finding.message == "invalid syntax" and finding.source == "return t +"
 
 
 def test_unparseable_bytes_and_runaway_nesting_are_findings_not_exceptions() -> None:
-    null_byte = analyze_source("x = 1\0\n", "src/collectives.py", DEFAULT_POLICY)
-    too_deep_to_parse = analyze_source("x = " + ".".join(["a"] * 50_000), "src/collectives.py", DEFAULT_POLICY)
-    too_deep_to_check = analyze_source("x = " + ".".join(["a"] * 900), "src/collectives.py", DEFAULT_POLICY)
+    null_byte = analyze_source("x = 1\0\n", "src/collectives.py", POLICY)
+    too_deep_to_parse = analyze_source("x = " + ".".join(["a"] * 50_000), "src/collectives.py", POLICY)
+    too_deep_to_check = analyze_source("x = " + ".".join(["a"] * 900), "src/collectives.py", POLICY)
     assert [f.rule for f in null_byte + too_deep_to_parse] == ["syntax-error", "syntax-error"]
     assert [f.rule for f in too_deep_to_check] == ["analysis-error"]
 
@@ -513,6 +521,7 @@ def test_analyze_submission_reads_the_named_files_and_skips_missing_ones(tmp_pat
         ("from src.collectives import ar as reduce_", "reduce_(x)"),
         ("from . import collectives", "collectives.ar(x)"),
         ("import src.collectives", "src.collectives.ar(x)"),
+        ("from collectives import ar", "ar(x)"),
     ],
 )
 def test_names_imported_from_another_student_file_are_judged_by_what_they_are_there(
@@ -529,18 +538,41 @@ def test_names_imported_from_another_student_file_are_judged_by_what_they_are_th
     ]
 
 
+@pytest.mark.parametrize(
+    ("import_line", "call"),
+    [
+        ("from .helpers import ar", "ar(t)"),
+        ("from lib.helpers import ar", "ar(t)"),
+        ("from helpers import ar", "ar(t)"),
+        ("import lib.helpers as helpers", "helpers.ar(t)"),
+        ("from lib import helpers", "helpers.ar(t)"),
+    ],
+)
+def test_a_rubric_may_name_student_files_outside_src(tmp_path: Path, import_line: str, call: str) -> None:
+    # lib/ops.py is the module lib.ops: its imports of lib/helpers.py resolve, however spelled.
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "helpers.py").write_text("import torch.distributed as dist\nar = dist.all_reduce\n")
+    ops = f"{import_line}\n\ndef reduce_all(t):\n    {call}\n\ndef reduce_allowed(t):\n    {call}\n"
+    (tmp_path / "lib" / "ops.py").write_text(ops)
+    policy = Policy({"lib/ops.py::reduce_allowed": TP_COLLECTIVES})
+    findings = analyze_submission(tmp_path, ["lib/ops.py", "lib/helpers.py"], policy)
+    assert [(f.file, f.rule, f.line, f.function) for f in findings] == [
+        ("lib/ops.py", "forbidden-collective", 4, "reduce_all")
+    ]
+
+
 # --------------------------------------------------------------------------- reached_apis
 
 
 def test_reached_apis_lists_every_function_with_what_it_reaches_transitively() -> None:
     text = (CORPUS / "evasions" / "helper_taint.py").read_text()
-    reached = reached_apis(text, "src/collectives.py")
+    reached = reached_apis(text, "src/collectives.py", POLICY)
     assert reached["my_allreduce"] == reached["_combine"] == reached["_accumulate"] == {"all_reduce"}
     assert reached["my_broadcast"] == set()
 
 
 def test_reached_apis_applies_the_policy_it_is_given() -> None:
-    assert reached_apis(TP_BLOCK, "src/transformer.py") == {
+    assert reached_apis(TP_BLOCK, "src/transformer.py", POLICY) == {
         "forward_tensor_parallel": set(),
         "forward_ulysses": {"all_reduce"},
     }
@@ -549,16 +581,16 @@ def test_reached_apis_applies_the_policy_it_is_given() -> None:
 
 def test_reached_apis_names_process_group_methods_and_always_forbidden_apis() -> None:
     text = (CORPUS / "evasions" / "closure_unwrap.py").read_text()
-    assert reached_apis(text, "src/collectives.py")["my_allreduce"] == {"all_reduce", "__closure__"}
+    assert reached_apis(text, "src/collectives.py", POLICY)["my_allreduce"] == {"all_reduce", "__closure__"}
     text = (CORPUS / "evasions" / "pg_on_self.py").read_text()
-    assert reached_apis(text, "src/collectives.py")["my_allreduce"] == {"allreduce"}
+    assert reached_apis(text, "src/collectives.py", POLICY)["my_allreduce"] == {"allreduce"}
 
 
 # --------------------------------------------------------------------------- independence from torch
 
 
 def test_the_module_imports_without_torch() -> None:
-    code = "import sys, grader.static_checks; sys.exit('torch' in sys.modules)"
+    code = "import sys, grader.check, grader.runtimes.torchdist.static; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent).returncode == 0
 
 
@@ -575,16 +607,23 @@ def submission(root: Path, *, flat: bool = False) -> Path:
 
 
 @pytest.fixture
-def no_rubric_module(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make ``import grader.rubric`` fail, as before that module existed."""
-    monkeypatch.setitem(sys.modules, "grader.rubric", None)
+def rubric(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default rubric with :data:`POLICY` instead of its own (which allows Task 2 collectives anywhere)."""
+    text = (Path(__file__).parent.parent / "rubrics" / "a9.yaml").read_text()
+    allow = "    src/transformer.py: [all_reduce, all_gather]\n"
+    assert allow in text
+    functions = ("forward_tensor_parallel", "init_tensor_parallel_shards")
+    path = tmp_path_factory.mktemp("rubric") / "a9.yaml"
+    path.write_text(
+        text.replace(allow, "".join(f"    src/transformer.py::{f}: [all_reduce, all_gather]\n" for f in functions))
+    )
+    return path
 
 
-@pytest.mark.usefixtures("no_rubric_module")
 def test_check_prints_each_finding_like_a_compiler_and_exits_0(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["check", str(submission(tmp_path))]) == 0
+    assert cli.main(["check", str(submission(tmp_path)), "--rubric", str(rubric)]) == 0
     lines = capsys.readouterr().out.splitlines()
     first = lines.index(next(line for line in lines if line.startswith("src/collectives.py:11:5:")))
     assert lines[first].startswith(
@@ -595,9 +634,10 @@ def test_check_prints_each_finding_like_a_compiler_and_exits_0(
     assert lines[-1] == "4 findings in src/collectives.py, src/transformer.py"
 
 
-@pytest.mark.usefixtures("no_rubric_module")
-def test_check_json_lists_the_findings_as_result_dicts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["check", str(submission(tmp_path)), "--json"]) == 0
+def test_check_json_lists_the_findings_as_result_dicts(
+    tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["check", str(submission(tmp_path)), "--json", "--rubric", str(rubric)]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["files"] == ["src/collectives.py", "src/transformer.py"]
     assert {(f["file"], f["line"], f["function"]) for f in payload["findings"]} == {
@@ -609,34 +649,81 @@ def test_check_json_lists_the_findings_as_result_dicts(tmp_path: Path, capsys: p
     assert set(payload["findings"][0]) == {"rule", "message", "file", "line", "col", "function", "source", "origin"}
 
 
-@pytest.mark.usefixtures("no_rubric_module")
-def test_check_accepts_a_flat_directory_and_judges_files_by_their_rubric_names(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_check_accepts_a_flat_directory_and_names_files_by_their_rubric_paths(
+    tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # transformer.py at the top level is still src/transformer.py for the policy: TP stays allowed.
-    assert cli.main(["check", str(submission(tmp_path, flat=True)), "--json"]) == 0
+    assert cli.main(["check", str(submission(tmp_path, flat=True)), "--json", "--rubric", str(rubric)]) == 0
     findings = json.loads(capsys.readouterr().out)["findings"]
-    assert {(f["file"], f["function"]) for f in findings if f["file"] == "transformer.py"} == {
-        ("transformer.py", "forward_ulysses")
+    assert {(f["file"], f["function"]) for f in findings if f["file"] == "src/transformer.py"} == {
+        ("src/transformer.py", "forward_ulysses")
     }
 
 
-@pytest.mark.usefixtures("no_rubric_module")
-def test_check_accepts_a_single_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_finds_the_files_where_grading_does(
+    tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A GitHub Classroom download wraps the repo in a folder: intake looks there, so check does too.
+    download = tmp_path / "download"
+    submission(download / "a9-student")
+    assert cli.main(["check", str(download), "--json", "--rubric", str(rubric)]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["files"] == ["src/collectives.py", "src/transformer.py"]
+    assert [Finding(**f) for f in payload["findings"]] == analyze_submission(
+        download / "a9-student", STUDENT_FILES, POLICY
+    )
+
+
+def test_check_takes_an_archive_as_grading_does(
+    tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = submission(tmp_path / "repo")
+    archive = tmp_path / "submission.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for path in sorted(root.rglob("*.py")):
+            zipped.write(path, path.relative_to(root).as_posix())
+    assert cli.main(["check", str(archive), "--rubric", str(rubric)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "4 findings in src/collectives.py, src/transformer.py"
+
+
+def test_check_refuses_what_grading_refuses_and_says_why(
+    tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = submission(tmp_path / "repo")
+    outside = tmp_path / "elsewhere.py"
+    (root / "src" / "transformer.py").rename(outside)
+    (root / "src" / "transformer.py").symlink_to(outside)
+    assert cli.main(["check", str(root), "--rubric", str(rubric)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[-1] == "3 findings in src/collectives.py"
+    assert "grader: note: src/transformer.py is a symlink: refused" in captured.err.splitlines()
+
+
+def test_check_of_a_folder_holding_several_submissions_exits_1(
+    tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    submission(tmp_path / "alice")
+    submission(tmp_path / "bob")
+    assert cli.main(["check", str(tmp_path), "--rubric", str(rubric)]) == 1
+    assert "several submissions" in capsys.readouterr().err
+
+
+def test_check_accepts_a_single_file(tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = submission(tmp_path) / "src" / "transformer.py"
-    assert cli.main(["check", str(path)]) == 0
+    assert cli.main(["check", str(path), "--rubric", str(rubric)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "1 finding in transformer.py"
 
 
-@pytest.mark.usefixtures("no_rubric_module")
-def test_check_shows_the_findings_grading_uses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_shows_the_findings_grading_uses(
+    tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # `grader grade` calls analyze_submission; `grader check` must not tell the student otherwise.
     root = submission(tmp_path)
     collectives = root / "src" / "collectives.py"
     collectives.write_text("from grader.matrix import guard\n" + collectives.read_text())
-    assert cli.main(["check", str(root), "--json"]) == 0
+    assert cli.main(["check", str(root), "--json", "--rubric", str(rubric)]) == 0
     shown = [Finding(**f) for f in json.loads(capsys.readouterr().out)["findings"]]
-    graded = analyze_submission(root, DEFAULT_STUDENT_FILES, DEFAULT_POLICY)
+    graded = analyze_submission(root, STUDENT_FILES, POLICY)
     assert shown == graded and "grader-internals" in {f.rule for f in shown}
 
 
@@ -645,12 +732,12 @@ def test_check_uses_the_rubric_policy_and_student_files(
 ) -> None:
     seen = []
 
-    def load_rubric(path: Path | None) -> types.SimpleNamespace:
+    def load_rubric(path: Path | None) -> Rubric:
         seen.append(path)
         policy = Policy({"src/collectives.py": EVERYTHING_ALLOWED})
-        return types.SimpleNamespace(policy=policy, student_files=("src/collectives.py", "written_answers_task1.md"))
+        return dataclasses.replace(A9, policy=policy, student_files=("src/collectives.py",))
 
-    monkeypatch.setitem(sys.modules, "grader.rubric", types.SimpleNamespace(load_rubric=load_rubric))
+    monkeypatch.setattr(grader.rubric, "load_rubric", load_rubric)
     rubric = tmp_path / "rubric.yaml"
     assert cli.main(["check", str(submission(tmp_path)), "--rubric", str(rubric)]) == 0
     assert seen == [rubric]
@@ -662,9 +749,10 @@ def test_check_of_a_missing_path_exits_1(tmp_path: Path, capsys: pytest.CaptureF
     assert "does not exist" in capsys.readouterr().err
 
 
-@pytest.mark.usefixtures("no_rubric_module")
-def test_check_of_a_directory_without_student_files_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["check", str(tmp_path)]) == 1
+def test_check_of_a_directory_without_student_files_exits_1(
+    tmp_path: Path, rubric: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["check", str(tmp_path), "--rubric", str(rubric)]) == 1
     assert "no student files" in capsys.readouterr().err
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from grader import __version__
 from grader.batch.roster import Student
 from grader.errors import UserError
-from grader.intake import materialize
+from grader.intake import take
 from grader.results import TimeSource
 from grader.rubric import Rubric
 from grader.submission_time import given
@@ -31,7 +31,7 @@ def submission_key(
 ) -> tuple[dict[str, Any] | None, str]:
     """The cache key of a submission: ``(None, why)`` when there is nothing to grade.
 
-    The digest is ``SubmissionInfo.digest`` itself: intake's ``materialize`` copies the rubric's files
+    The digest is ``SubmissionInfo.digest`` itself: intake's ``take`` copies the rubric's files
     into a throw-away sandbox exactly as ``grader grade`` will, so a cached result is valid precisely
     when the files it graded are unchanged.  The submission time and its source are part of the key
     (they decide lateness).
@@ -40,16 +40,8 @@ def submission_key(
         return None, "no submission listed in the roster"
     with tempfile.TemporaryDirectory(prefix=".tmp-key-", dir=scratch) as tmp:
         try:
-            taken = materialize(  # with the arguments grader.pipeline passes
-                student.source,
-                student_files=list(rubric.student_files),
-                deliverables=list(rubric.deliverable_files),
-                dest=Path(tmp) / "sandbox",
-                max_file_bytes=rubric.limits.file_size_mb << 20,
-                max_total_bytes=rubric.limits.submission_mb << 20,
-                submitted_at=given(student.submitted_at, TimeSource.ROSTER),
-                trust_commit_time=trust_commit_time,
-            )
+            when = given(student.submitted_at, TimeSource.ROSTER)
+            taken = take(student.source, rubric, Path(tmp) / "sandbox", when, trust_commit_time)
         except UserError as exc:
             return None, str(exc)
     if not taken.present:
