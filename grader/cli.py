@@ -190,7 +190,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return rubric.main_validate(args)
     if args.command == "bench":
-        from grader import bench
+        from grader.runtimes.torchdist import bench
 
         return bench.main(args)
     if args.command == "batch":

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.errors import UserError
+from grader.limits import Limits
 from grader.results import GradeResult, TimeSource
 from grader.submission_time import SubmittedAt, given, parse_time
 
@@ -69,7 +70,7 @@ def grade(
             sandbox=taken.sandbox,
             present=present,
             workdir=matrix_dir,
-            limits=_runner_limits(limits),
+            limits=asdict(limits),
             policy=rubric.policy.to_dict(),
             pack=rubric.assignment.pack,
             isolation=_isolation_fields(taken.sandbox, limits),
@@ -115,14 +116,7 @@ def keep_deliverables(sandbox: Path, names: tuple[str, ...], out_dir: Path) -> N
             shutil.copyfile(sandbox / name, kept / name)
 
 
-def _runner_limits(limits: Any) -> dict[str, Any]:
-    from grader.sandbox.launcher import Limits
-
-    wanted = {f for f in Limits.__dataclass_fields__}
-    return {k: v for k, v in asdict(limits).items() if k in wanted}
-
-
-def _isolation_fields(sandbox: Path, limits: Any) -> dict[str, Any]:
+def _isolation_fields(sandbox: Path, limits: Limits) -> dict[str, Any]:
     return {
         "sandbox": str(sandbox),
         "memory_mb": limits.memory_mb,
@@ -171,12 +165,9 @@ def main(args: argparse.Namespace) -> int:
         )
     for fmt in args.format or ["terminal"]:
         sys.stdout.write(render(result, fmt))
-    try:
-        from grader.render.markdown import append_step_summary, render_markdown
+    from grader.render.markdown import append_step_summary, render_markdown
 
-        append_step_summary(render_markdown(result))
-    except ImportError:  # pragma: no cover - renderer not installed
-        pass
+    append_step_summary(render_markdown(result))
     return 0 if result.status == "graded" else 2
 
 

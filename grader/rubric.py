@@ -31,7 +31,8 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from grader.errors import UserError
-from grader.policy import COLLECTIVES, PROCESS_GROUP_METHODS, FunctionPolicy, Policy
+from grader.limits import Limits
+from grader.runtimes.torchdist.policy import COLLECTIVES, PROCESS_GROUP_METHODS, FunctionPolicy, Policy
 
 #: The keys of an item that say how it is scored; an item has exactly one of them.
 SCORING_KINDS = ("cases", "trace", "deliverable", "written", "manual")
@@ -69,25 +70,6 @@ class Assignment:
     def __post_init__(self) -> None:
         if not self.pack:
             object.__setattr__(self, "pack", self.id)
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Resource limits of one grading run; the matrix runner and intake enforce them."""
-
-    case_timeout_s: float = 10.0  # the most wall clock any one matrix case gets (see case_timeout_floor_s)
-    #: a case's budget: floor + multiple x what the grader's own collective needs for as many bytes at
-    #: that world size, measured when the world size's first group starts; never above case_timeout_s
-    case_timeout_floor_s: float = 1.0
-    case_timeout_multiple: float = 50.0
-    deadlock_after_s: float = 1.0  # every rank blocked in communication this long = hang
-    memory_mb: int = 2048  # address space per rank
-    output_kb: int = 64  # stdout/stderr kept per case
-    nproc: int = 64  # processes per rank (RLIMIT_NPROC)
-    cpu_s: int = 60  # CPU seconds per rank (RLIMIT_CPU takes whole seconds)
-    file_size_mb: int = 64  # largest file a rank may write
-    submission_mb: int = 20  # largest submission intake accepts
-    total_timeout_s: float = 600.0  # the whole matrix run
 
 
 @dataclass(frozen=True)

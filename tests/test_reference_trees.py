@@ -30,7 +30,7 @@ import torch.distributed as dist
 from junitparser import Failure, JUnitXml
 
 from grader.deliverables import answer_sections, read_form
-from grader.policy import COLLECTIVES, PROCESS_GROUP_METHODS
+from grader.runtimes.torchdist.policy import COLLECTIVES, PROCESS_GROUP_METHODS
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "student_template"

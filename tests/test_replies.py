@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from grader.sandbox import replies
+from grader.runtimes.torchdist import replies
 from grader.sandbox.wire import WireError
 
 HONEST = {

@@ -13,7 +13,6 @@ from junitparser import JUnitXml
 
 from grader import rubric as rubric_module
 from grader.errors import UserError
-from grader.policy import FunctionPolicy
 from grader.rubric import (
     CasesScoring,
     Condition,
@@ -25,6 +24,7 @@ from grader.rubric import (
     load_rubric,
     matches,
 )
+from grader.runtimes.torchdist.policy import FunctionPolicy
 
 FIXTURES = Path(__file__).parent / "fixtures" / "scoring"
 A9 = Path(__file__).parent.parent / "rubrics" / "a9.yaml"

@@ -23,9 +23,9 @@ import pytest
 
 import grader.rubric
 from grader import cli
-from grader.policy import COLLECTIVES, PROCESS_GROUP_METHODS, STRICT, FunctionPolicy, Policy
 from grader.results import Finding
 from grader.rubric import Rubric, load_rubric
+from grader.runtimes.torchdist.policy import COLLECTIVES, PROCESS_GROUP_METHODS, STRICT, FunctionPolicy, Policy
 from grader.runtimes.torchdist.static import analyze_source, analyze_submission, reached_apis
 
 CORPUS = Path(__file__).parent / "corpus" / "policy"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from grader.sandbox.traffic import (
+from grader.runtimes.torchdist.traffic import (
     NOTIFY_RECV_READY,
     NOTIFY_SEND_READY,
     PREAMBLE,

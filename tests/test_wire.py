@@ -69,7 +69,7 @@ def test_encoding_needs_no_numpy() -> None:
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from grader.sandbox import replies  # noqa: E402
+from grader.runtimes.torchdist import replies  # noqa: E402
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),

@@ -12,23 +12,25 @@ import pytest
 
 from grader.pack import load_pack
 from grader.pipeline import SALT_ENV
-from grader.sandbox.launcher import Zygote
+from grader.runtimes.torchdist.launcher import Zygote
 
 BODIES = load_pack("a9").bodies
 
 #: The only grader modules a rank process may hold: the rank runtime and the pack's rank-side bodies.
 RANK_RUNTIME = {
     "grader",
-    "grader.policy",
+    "grader.runtimes",
+    "grader.runtimes.torchdist",
+    "grader.runtimes.torchdist.guard",
+    "grader.runtimes.torchdist.policy",
+    "grader.runtimes.torchdist.rank",
+    "grader.runtimes.torchdist.zygote",
     "grader.sandbox",
     "grader.sandbox.audit",
-    "grader.sandbox.guard",
     "grader.sandbox.isolation",
-    "grader.sandbox.rank",
     "grader.sandbox.status",
     "grader.sandbox.syscalls",
     "grader.sandbox.wire",
-    "grader.sandbox.zygote",
     "grader.packs",
     "grader.packs.a9",
     "grader.packs.a9.bodies",
@@ -40,7 +42,7 @@ def test_zygote_holds_only_the_rank_runtime() -> None:
     """No catalog, expected values, reference model, rubric or results model in a zygote's memory."""
     code = (
         "import json, sys\n"
-        "from grader.sandbox import zygote\n"
+        "from grader.runtimes.torchdist import zygote\n"
         f"zygote._preload({BODIES!r})\n"
         "print(json.dumps(sorted(m for m in sys.modules if m == 'grader' or m.startswith('grader.'))))\n"
     )
@@ -69,7 +71,7 @@ def test_zygote_dies_with_its_session() -> None:
     """The session's death (however it comes) ends the zygote, and with it every group's leader."""
     code = (
         "import sys, time\n"
-        "from grader.sandbox.launcher import Zygote\n"
+        "from grader.runtimes.torchdist.launcher import Zygote\n"
         f"z = Zygote({BODIES!r}); z.wait_ready(); print(z.proc.pid, flush=True); time.sleep(600)\n"
     )
     session = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

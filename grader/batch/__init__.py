@@ -122,7 +122,11 @@ def _exclusive(out: Path) -> Iterator[None]:
 def _write_reports(
     students: list[Student], out: Path, rubric: Rubric, manual: dict[str, ManualScores]
 ) -> list[GradebookRow]:
-    """Score every graded student from the cache (``grader.rescore``), then the gradebook and reports."""
+    """Score every graded student from the cache (``grader.rescore``), then the gradebook and reports.
+
+    Everyone is scored before anything is written: manual scores refused for one student (an unknown
+    item, points out of range) leave every file as the last run wrote it, never some students'
+    results under the new scores beside a gradebook under the old."""
     diagram = load_pack(rubric.assignment.pack).diagram
     rows, results = [], {}
     for student in students:
@@ -134,12 +138,13 @@ def _write_reports(
                 result = rescore(student_dir / GRADED_DIR, rubric, manual.get(student.name))
             except UserError as exc:
                 raise UserError(f"{student.name}: {exc}") from None
-            write_outputs(result, student_dir, student_dir / GRADED_DIR / "junit.xml")
-            write_text(
-                student_dir / "report.html", render_student_report(result, student=student.name, diagram=diagram)
-            )
         results[student.name] = result
         rows.append(gradebook_row(student.name, outcome.status, result, outcome.message))
+    for name, result in results.items():
+        if result is not None:
+            student_dir = out / "students" / name
+            write_outputs(result, student_dir, student_dir / GRADED_DIR / "junit.xml")
+            write_text(student_dir / "report.html", render_student_report(result, student=name, diagram=diagram))
     write_text(out / "gradebook.csv", render_gradebook(rows, task_columns(results.values())))
     write_text(out / "index.html", render_class_report(results, rows))
     return rows

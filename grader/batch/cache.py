@@ -57,8 +57,13 @@ def submission_key(
 
 
 def is_cached(graded: Path, key: dict[str, Any]) -> bool:
-    """Whether ``graded`` holds a finished grading made for ``key``."""
-    return read_json(graded / KEY_FILE) == key and (graded / "results.json").is_file()
+    """Whether ``graded`` holds a finished grading made for ``key``: its result and the matrix run
+    (``junit.xml``) every batch scores it from again."""
+    return (
+        read_json(graded / KEY_FILE) == key
+        and (graded / "results.json").is_file()
+        and (graded / "junit.xml").is_file()
+    )
 
 
 def read_json(path: Path) -> Any:

@@ -24,8 +24,8 @@ import pytest
 
 from grader.matrix.budgets import CALIBRATION_BYTES, case_budget
 from grader.pack import Case, Prepared
-from grader.policy import Policy
 from grader.results import Verdict
+from grader.runtimes.torchdist.policy import Policy
 
 if TYPE_CHECKING:
     from grader.matrix.verdicts import Decision
@@ -58,8 +58,9 @@ class MatrixConfig:
 
 class MatrixSession:
     def __init__(self, config: MatrixConfig) -> None:
+        from grader.limits import Limits
         from grader.pack import load_pack
-        from grader.sandbox.launcher import Limits, Sandboxing, Zygote
+        from grader.runtimes.torchdist.launcher import Sandboxing, Zygote
 
         self.config = config
         sys.path[:0] = [p for p in config.pack_path if p not in sys.path]
@@ -102,7 +103,7 @@ class MatrixSession:
 
     def check(self, case: Case, record: Callable[[str, object], None]) -> None:
         from grader.matrix import verdicts
-        from grader.sandbox.launcher import GroupStartError
+        from grader.runtimes.torchdist.launcher import GroupStartError
 
         module = self.pack.module_of[case.kind]
         decision = self._precheck(module) or self._skipped(case)
@@ -162,7 +163,7 @@ class MatrixSession:
             self.import_failures[module] = (Verdict.HANG, "the import never finished: " + decision.message)
 
     def _run(self, case: Case, prepared: Prepared) -> Any:
-        from grader.sandbox.launcher import GroupStartError, RankGroup
+        from grader.runtimes.torchdist.launcher import GroupStartError, RankGroup
 
         group = self.groups.get(case.world_size)
         if case.world_size in self.start_failures:  # once is enough: a grader fault does not heal

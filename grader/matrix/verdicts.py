@@ -25,8 +25,8 @@ import torch
 
 from grader.pack import Case, Prepared
 from grader.results import Verdict
-from grader.sandbox.launcher import CaseRun, RankReport, explains
-from grader.sandbox.traffic import Traffic
+from grader.runtimes.torchdist.launcher import CaseRun, RankReport, explains
+from grader.runtimes.torchdist.traffic import Traffic
 
 _STATUS_VERDICT = {
     "forbidden": Verdict.FORBIDDEN,

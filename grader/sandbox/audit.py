@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 #: Modules whose code counts as the grader's inside a rank.
-RUNTIME_PREFIXES = ("grader.sandbox", "grader.packs", "grader.policy")
+RUNTIME_PREFIXES = ("grader.sandbox", "grader.packs", "grader.runtimes")
 FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_code"})
 REFUSED = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames"})
 CODE_EVENTS = frozenset({"code.__new__", "function.__new__", "marshal.loads", "marshal.load"})
@@ -49,16 +49,18 @@ class SandboxRefusal(PermissionError):
     """What student code gets instead of a back door."""
 
 
-def preload() -> None:
-    """Zygote side: the identities of every code object of the rank runtime (kept alive here)."""
+def preload(bodies: str = "") -> None:
+    """Zygote side: the identities of every code object of the rank runtime and of the pack's
+    rank-side module ``bodies`` and its package (kept alive here)."""
     global _runtime_codes
-    codes = list(_runtime_code_objects())
+    pack = (bodies.rpartition(".")[0] or bodies,) if bodies else ()
+    codes = list(_runtime_code_objects((*RUNTIME_PREFIXES, *pack)))
     _runtime_codes = (frozenset(map(id, codes)), codes)
 
 
-def _runtime_code_objects() -> Iterator[types.CodeType]:
+def _runtime_code_objects(prefixes: tuple[str, ...]) -> Iterator[types.CodeType]:
     seen: set[int] = set()
-    stack: list[Any] = [m for name, m in list(sys.modules.items()) if name.startswith(RUNTIME_PREFIXES)]
+    stack: list[Any] = [m for name, m in list(sys.modules.items()) if name.startswith(prefixes)]
     while stack:
         item = stack.pop()
         if id(item) in seen:

@@ -1,6 +1,6 @@
 """Isolation layers of a rank process, entered before any student code runs.
 
-Rank side, in this order (see ``grader.sandbox.rank``)::
+Rank side, in this order (see ``grader.runtimes.torchdist.rank``)::
 
     prepare(cfg)                      # fresh fork, still single-threaded: new mount + IPC namespaces
     dist.init_process_group(...)      # Gloo starts its threads *inside* that namespace
@@ -15,7 +15,7 @@ already-connected sockets and pipes are never touched.  Bubblewrap cannot do thi
 and the rank must keep its imported torch.
 
 The group's own layers (a PID namespace, a network namespace with only ``lo``, cgroups) are
-entered by the group's leader and init before the ranks exist (``grader.sandbox.zygote``).
+entered by the group's leader and init before the ranks exist (``grader.runtimes.torchdist.zygote``).
 
 Each layer is used when available and reported as ``"on"`` or ``"off: <reason>"``:
 

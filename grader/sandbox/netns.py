@@ -3,7 +3,7 @@
 A short-lived helper process (forked from the session, never running student code) makes the
 namespace, brings ``lo`` up, opens a packet socket on it and hands the session two descriptors
 over a socketpair: the namespace itself (for the group's leader to ``setns`` into) and the packet
-socket (``grader.sandbox.traffic``).  The descriptors keep the namespace alive; the helper exits.
+socket (``grader.runtimes.torchdist.traffic``).  The descriptors keep the namespace alive; the helper exits.
 Root only (namespaces and packet sockets need CAP_SYS_ADMIN, CAP_NET_ADMIN and CAP_NET_RAW).
 """
 
@@ -16,7 +16,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from grader.sandbox.traffic import Capture
+from grader.runtimes.torchdist.traffic import Capture
 
 CLONE_NEWNET = 0x40000000
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1

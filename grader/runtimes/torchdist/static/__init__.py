@@ -1,7 +1,7 @@
 """Static policy analysis: which ``torch.distributed`` APIs each student function reaches.
 
 Only the AST is read; student code is never imported or run, and torch is not imported here, so
-``grader check`` is fast and runs anywhere.  The runtime guard (``grader.sandbox.guard``) is the
+``grader check`` is fast and runs anywhere.  The runtime guard (``grader.runtimes.torchdist.guard``) is the
 backstop for whatever a static reading cannot see; this stage exists to point at a line.
 
 How names are followed.  Every binding in a file (imports, assignments, ``for``/``with`` targets,

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.policy import FunctionPolicy, Policy
 from grader.results import Finding
+from grader.runtimes.torchdist.policy import FunctionPolicy, Policy
 from grader.runtimes.torchdist.static.collect import Collector, Ref, Scope, const_str, getattr_name
 from grader.runtimes.torchdist.static.resolve import Resolver, Siblings, TooComplex, link
 from grader.runtimes.torchdist.static.rules import (

@@ -6,12 +6,12 @@ dynamic-access and tampering APIs; and :func:`classify`, which maps one resolved
 (``torch.distributed.all_reduce``, ``<pg>.allreduce``, ``grader.matrix``) to the rule it breaks.
 Kept apart from the AST machinery so that what counts as a violation is read and changed in one
 place.  The lists the runtime guard shares (collectives, process-group methods, forbidden modules)
-live in :mod:`grader.policy`; the ones here are static-only.
+live in :mod:`grader.runtimes.torchdist.policy`; the ones here are static-only.
 """
 
 from __future__ import annotations
 
-from grader.policy import COLLECTIVES, FORBIDDEN_MODULES, PROCESS_GROUP_METHODS
+from grader.runtimes.torchdist.policy import COLLECTIVES, FORBIDDEN_MODULES, PROCESS_GROUP_METHODS
 
 # Rule ids, as they appear in Finding.rule.
 FORBIDDEN_COLLECTIVE = "forbidden-collective"

@@ -25,7 +25,7 @@ MAX_TEXT = 4000
 
 @dataclass(frozen=True)
 class Claims:
-    """A rank's own account of one case's communication (``grader.sandbox.guard.Trace.summary``)."""
+    """A rank's own account of one case's communication (``grader.runtimes.torchdist.guard.Trace.summary``)."""
 
     sends: int = 0
     recvs: int = 0

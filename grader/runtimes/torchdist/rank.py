@@ -1,6 +1,6 @@
 """Rank side: the life of one rank process.  The only place student code is imported.
 
-A rank is forked from a group's init (see ``grader.sandbox.zygote``).  Order matters::
+A rank is forked from a group's init (see ``grader.runtimes.torchdist.zygote``).  Order matters::
 
     join the rank's cgroups              while the host's /sys is still visible
     isolation.prepare()                  new mount and IPC namespaces, the new root assembled
@@ -36,7 +36,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from grader.sandbox import audit, guard, isolation, syscalls, wire
+from grader.runtimes.torchdist import guard
+from grader.sandbox import audit, isolation, syscalls, wire
 from grader.sandbox.status import StatusSlot
 
 MAX_CONTROL_FRAME = 1 << 30
@@ -176,7 +177,7 @@ def student_frames(exc: BaseException, sandbox: str) -> str:
 
 def classify(exc: BaseException, sandbox: str) -> tuple[str, str]:
     """(status, message) for an exception that escaped a case body."""
-    from grader.sandbox.guard import ForbiddenCollective
+    from grader.runtimes.torchdist.guard import ForbiddenCollective
 
     if isinstance(exc, StudentImportError):
         return "import_error", str(exc)

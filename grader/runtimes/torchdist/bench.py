@@ -18,9 +18,10 @@ from typing import Any
 
 import torch
 
+from grader.limits import Limits
 from grader.pack import AssignmentPack, Case, load_pack
+from grader.runtimes.torchdist.launcher import RankGroup, Sandboxing, Zygote
 from grader.sandbox.isolation import default_allow_read, default_hide
-from grader.sandbox.launcher import Limits, RankGroup, Sandboxing, Zygote
 
 SALT = "bench"
 

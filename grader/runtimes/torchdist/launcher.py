@@ -9,7 +9,7 @@ depends on an earlier one's mess.
 
 What the session knows of a case, it knows from outside the ranks: each rank's end (exit status
 or signal) from the group's init, an OOM kill from the rank's cgroup, the traffic from a packet
-capture in the group's network namespace (:class:`~grader.sandbox.traffic.Capture`), CPU time and
+capture in the group's network namespace (:class:`~grader.runtimes.torchdist.traffic.Capture`), CPU time and
 thread states from /proc.  A rank's reply says what it computed and what it claims to have done.
 
 Teardown always happens: per-case wall timeout, deadlock detection (every unfinished rank blocked
@@ -37,13 +37,15 @@ from typing import Any
 
 import torch
 
-from grader.sandbox import netns, replies, wire
+from grader.limits import Limits
+from grader.runtimes.torchdist import replies
+from grader.runtimes.torchdist.replies import Claims
+from grader.runtimes.torchdist.traffic import Capture, Traffic
+from grader.runtimes.torchdist.zygote import GroupRequest
+from grader.sandbox import netns, wire
 from grader.sandbox.cgroups import Cgroups, GroupCgroups
-from grader.sandbox.replies import Claims
 from grader.sandbox.slots import Slot
 from grader.sandbox.status import StatusSlot
-from grader.sandbox.traffic import Capture, Traffic
-from grader.sandbox.zygote import GroupRequest
 
 STACK_WAIT_S = 1.0  # a spinning rank on a loaded machine can take a while to be scheduled and dump
 FAILURE_GRACE_S = 0.3
@@ -51,23 +53,6 @@ DEATH_WAIT_S = 1.0  # for init's word on how a rank whose pipe closed ended
 SETTLE_S = 0.2  # for data still crossing after every rank replied (an isend nobody waited for)
 ZYGOTE_START_S = 120.0
 MAX_REPORT_LINE = 256
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The matrix's share of the rubric's ``limits`` section."""
-
-    case_timeout_s: float = 10.0
-    case_timeout_floor_s: float = 1.0
-    case_timeout_multiple: float = 50.0
-    deadlock_after_s: float = 1.0
-    start_timeout_s: float = 30.0
-    output_kb: int = 64
-    max_result_mb: int = 256
-    memory_mb: int = 2048
-    nproc: int = 64
-    cpu_s: int = 60
-    file_size_mb: int = 64
 
 
 @dataclass
@@ -134,7 +119,7 @@ class Sandboxing:
 
 
 class Zygote:
-    """The session's zygote process (``grader.sandbox.zygote``)."""
+    """The session's zygote process (``grader.runtimes.torchdist.zygote``)."""
 
     def __init__(self, bodies: str, search_path: tuple[str, ...] = ()) -> None:
         """``bodies``: the pack's rank-side module; ``search_path``: where a pack that is not installed
@@ -142,7 +127,7 @@ class Zygote:
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
         env["GLOO_SOCKET_IFNAME"] = "lo"
-        cmd = [sys.executable, "-I", "-m", "grader.sandbox.zygote", "--parent", str(os.getpid())]
+        cmd = [sys.executable, "-I", "-m", "grader.runtimes.torchdist.zygote", "--parent", str(os.getpid())]
         cmd += ["--socket", str(theirs.fileno()), "--bodies", bodies]
         cmd += [f"--path={path}" for path in search_path]
         self.proc = subprocess.Popen(cmd, env=env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, cwd="/")

@@ -2,7 +2,7 @@
 
 One list serves both enforcement layers, so they cannot drift apart: the static analysis
 (``grader.runtimes.torchdist.static``) reports uses of these names with a line number, and the runtime guard
-(``grader.sandbox.guard``) replaces them inside every rank process before student code loads.
+(``grader.runtimes.torchdist.guard``) replaces them inside every rank process before student code loads.
 The rubric chooses, per student function, which of them are allowed (Task 2 may use
 ``all_reduce``/``all_gather`` as the handout permits).
 """
@@ -86,8 +86,6 @@ FORBIDDEN_MODULES: frozenset[str] = frozenset(
     }
 )
 
-#: Point-to-point operations: always allowed, and recorded in the trace at run time.
-POINT_TO_POINT: frozenset[str] = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv", "P2POp"})
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Rank side: the zygote every rank group is forked from.  Run as ``python -I -m grader.sandbox.zygote``.
+"""Rank side: the zygote every rank group is forked from.  Run as ``python -I -m grader.runtimes.torchdist.zygote``.
 
 Why a zygote: a rank forked from the matrix session would inherit everything the session holds
 (the catalog, the expected values, the salt, the session's own frames).  The zygote is a freshly
@@ -11,7 +11,7 @@ The process tree of one group, all of it below the zygote::
     zygote                      one per matrix session; dies with the session (PDEATHSIG)
       leader                    one per group: joins the group's network namespace and cgroups,
         init                    pid 1 of a new PID namespace (root) or the leader itself (not root)
-          rank 0 .. rank N-1    student code runs only here (see ``grader.sandbox.rank``)
+          rank 0 .. rank N-1    student code runs only here (see ``grader.runtimes.torchdist.rank``)
 
 ``init`` forks the ranks, reports each rank's end (exit status or signal) to the session on a
 pipe, and reaps whatever the ranks leave behind.  With a PID namespace, ``kill(-1)`` and every
@@ -86,9 +86,10 @@ def _preload(bodies: str) -> None:
 
     torch.set_num_threads(1)
     importlib.import_module(bodies)
-    from grader.sandbox import audit, rank
+    from grader.runtimes.torchdist import rank
+    from grader.sandbox import audit
 
-    audit.preload()
+    audit.preload(bodies)
     rank.preload()
 
 
@@ -168,7 +169,8 @@ def _wait_for(child: int) -> None:
 
 def init(request: GroupRequest, fds: list[int], report: int, bodies: Any, pid_namespace: bool) -> None:
     """Fork the ranks, then report each rank's end and reap everything else, until stopped."""
-    from grader.sandbox import isolation, rank
+    from grader.runtimes.torchdist import rank
+    from grader.sandbox import isolation
 
     isolation.die_with_parent(os.getppid(), signal.SIGKILL if pid_namespace else signal.SIGTERM)
     if not pid_namespace:  # orphans come back to us; a stop signal takes all of them down

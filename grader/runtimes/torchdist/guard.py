@@ -11,7 +11,7 @@ deadlock (every rank blocked in communication) from a slow computation.
 
 None of this is trusted.  Student code runs in this process and can patch the guard, unwrap a
 stub (its closure holds the original) or reach Gloo through a route no stub covers.  What decides
-points is measured by the session on the wire (``grader.sandbox.traffic``): a built-in collective
+points is measured by the session on the wire (``grader.runtimes.torchdist.traffic``): a built-in collective
 shows there whatever route reached it, and a record that does not match the measured traffic is
 a ``tampering`` verdict.  The records remain for what only this process can see: which student
 function a message was sent under, and the time-vs-rank diagram.
@@ -33,7 +33,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from torch._C import _distributed_c10d as _c10d_ext
 
-from grader.policy import COLLECTIVES, PROCESS_GROUP_METHODS, Policy
+from grader.runtimes.torchdist.policy import COLLECTIVES, PROCESS_GROUP_METHODS, Policy
 
 MAX_EVENTS = 20_000
 _OP_KEYWORDS = ("reduce", "gather", "scatter", "broadcast", "all_to_all", "alltoall", "barrier")
