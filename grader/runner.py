@@ -22,6 +22,7 @@ from typing import Any
 
 from junitparser import Failure, JUnitXml, Properties, Property, TestCase, TestSuite
 
+from grader import runtimes
 from grader.matrix.plugin import CONFIG_ENV, PARENT_ENV, MatrixConfig
 from grader.pack import AssignmentPack, load_pack
 from grader.pipeline import SALT_ENV
@@ -57,6 +58,7 @@ def run_matrix(
     """Run every case of ``pack`` (or the ``only`` ones) and return the merged JUnit file in ``workdir``.
     ``policy`` is the rubric's ``policy.allow`` (``Policy.to_dict``)."""
     assignment = load_pack(pack)
+    runtimes.require(assignment.runtime, assignment.id)
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     ledger = workdir / "ledger.jsonl"

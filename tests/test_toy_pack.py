@@ -71,3 +71,12 @@ def test_the_cli_grades_it_as_well(tmp_path: Path, name: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "results.json").read_text())["score"] == (10 if name == "submission" else 0)
+
+
+def test_a_pack_whose_runtime_this_grader_lacks_is_refused_with_a_message() -> None:
+    from grader import runtimes
+    from grader.errors import UserError
+
+    runtimes.require("torchdist", "toy")
+    with pytest.raises(UserError, match="runs on the 'threads' runtime; this grader has: torchdist"):
+        runtimes.require("threads", "homework")

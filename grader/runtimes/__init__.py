@@ -1,6 +1,24 @@
-"""Runtimes: a runtime is the layer of the grader that knows how student code runs and communicates
-(how it is launched, what it calls to exchange data, how that is analysed before it runs and guarded
-and traced while it runs), while the engine around it (intake, rubric, scoring, rendering, the CLI)
-stays the same for every assignment: ``torchdist`` is torch.distributed on the Gloo backend, and a
-thread-simulated ``DistributedContext`` will be another.
+"""Runtimes: how student code runs and communicates.
+
+A runtime is the layer of the grader that knows how an assignment's student code is launched, what
+it calls to exchange data, how that is analysed before it runs and guarded, traced and measured
+while it runs.  The engine around it (intake, rubric, scoring, rendering, the CLI) is the same for
+every assignment, and a pack names the runtime it needs (``AssignmentPack.runtime``).
+``torchdist`` is torch.distributed on Gloo, in sandboxed rank processes; a thread-simulated
+``DistributedContext`` (the course's homework) would be a ``threads`` runtime beside it, with its
+own launcher and guard behind the same matrix session.
 """
+
+from __future__ import annotations
+
+from grader.errors import UserError
+
+#: The runtimes this grader has.
+AVAILABLE = frozenset({"torchdist"})
+
+
+def require(runtime: str, pack: str) -> None:
+    """A pack that needs a runtime this grader does not have is the user's error, said at once."""
+    if runtime not in AVAILABLE:
+        have = ", ".join(sorted(AVAILABLE))
+        raise UserError(f"the assignment pack {pack!r} runs on the {runtime!r} runtime; this grader has: {have}")
