@@ -1,10 +1,22 @@
-"""`grader batch`: every student gets a row, failures stay rows, runs resume, manual scores merge.
+"""`grader batch`: every student gets a row, failures stay rows, runs resume, the matrix run is cached and
+everyone is scored again from it on every run (rubric scoring, deadline and manual scores cost no regrade).
 
 The batch is driven with a fake grader (this file run as a script, injected through
-``run_batch(grade_cmd=...)``): it writes a valid ``results.json`` and ``junit.xml`` whose scores are
-a function of the submission's ``src/collectives.py``, and obeys ``# fake: ...`` lines in that file
-(``sleep=S``, ``hang``, ``crash``, ``error``, ``forbidden``, ``hang-case``, ``no-trace``).  Every run
-appends the submission's name to ``$FAKE_GRADER_LOG``, so the tests count grades.
+``run_batch(grade_cmd=...)``).  It writes what a real ``grader grade --out`` writes, without running any
+student code: the submission as intake takes it, a ``junit.xml`` in the matrix's shape whose testcases are
+the real case ids of the rubric's pack, ``results.json`` scored from it by ``grader.scoring.score`` under
+the rubric it was given (so its ``matrix_digest`` is the rubric's), and ``deliverables/``.  The verdicts
+are a function of the submission's ``src/collectives.py``; lines ``# fake: ...`` in that file steer it:
+
+* ``sleep=S``: take S seconds; ``hang``: never finish (with a child process of its own);
+* ``crash``: die by SIGSEGV after printing a traceback; ``error``: write an ``error`` result, exit 2;
+* ``forbidden``: a static finding (``dist.all_reduce`` in ``my_allreduce``);
+* ``hang-case``: one all-to-all case has the verdict ``hang``;
+* ``no-trace``: the all-to-all probe recorded no events (the report's diagram has nothing to draw).
+
+Every run appends the submission's name and the fake's pid to ``$FAKE_GRADER_LOG``, so the tests count
+grades.  The scores the batch reports are whatever ``scoring.score`` makes of that junit: the tests use
+``grader.rescore.rescore`` (itself ``scoring.score``) as the oracle.
 """
 
 from __future__ import annotations
@@ -16,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from io import StringIO
@@ -25,24 +38,19 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE = [sys.executable, str(Path(__file__).resolve())]
-EMPTY_PY = "def my_broadcast(tensor, src=0):\n    return tensor\n"
+A9 = REPO / "rubrics" / "a9.yaml"
+COLLECTIVES_PY = "def my_broadcast(tensor, src=0):\n    return tensor\n"
+TRANSFORMER_PY = "def forward_ulysses(block, x):\n    return x\n"
+PDF = b"%PDF-1.7\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
+ISOLATION = {"rlimits": "on", "session": "on", "uid": "off: not root"}
+FORBIDDEN_SOURCE = "dist.all_reduce(tensor)"
 
 
 # ----------------------------------------------------------------------------------------------
 # The fake grader (runs in a child process)
 
 
-def _item(iid, title, max_score, fraction, status=None, cases=(0, 0), failures=(), findings=()):
-    from grader.results import CaseOutcome, CaseTally, ItemResult, ItemStatus, Verdict
-
-    score = max_score * fraction
-    if status is None:
-        status = ItemStatus.PASSED if fraction == 1 else ItemStatus.FAILED if fraction == 0 else ItemStatus.PARTIAL
-    outs = [CaseOutcome(cid, Verdict(v), msg) for cid, v, msg in failures]
-    return ItemResult(iid, title, score, max_score, status, "", CaseTally(*cases), list(findings), outs)
-
-
-def _events():
+def _events(function: str = "my_all_to_all") -> list[dict]:
     """A plausible isend/irecv all-to-all at world size 4: every rank posts its receives, then sends."""
     events = []
     for r in range(4):
@@ -53,104 +61,88 @@ def _events():
             dst = (r + step) % 4
             events.append({"rank": r, "op": "isend", "peer": dst, "t": 0.0002 * (2 * r + step) + 0.0003})
     for e in events:
-        e.update(bytes=256, shape=[2, 8, 1, 4], dtype="float32", function="my_all_to_all")
+        e.update(bytes=256, shape=[2, 8, 1, 4], dtype="float32", function=function)
     return sorted(events, key=lambda e: (e["t"], e["rank"]))
 
 
-def fake_result(
-    source: str, text: str, submitted_at: str | None = None, deadline: str | None = None, time_source: str = "flag"
-):
-    """The GradeResult the fake grader writes for a submission whose collectives.py is ``text``."""
-    import math
-    from datetime import datetime, timedelta
-
-    from grader.manual import recompute_totals
-    from grader.results import (
-        Finding,
-        GradeResult,
-        ItemStatus,
-        Lateness,
-        LatePenalty,
-        SubmissionInfo,
-        TaskResult,
-        TimeSource,
-    )
-
-    h = hashlib.sha256(text.encode()).digest()
-    frac = [(b % 3) / 2 for b in h]  # 0, 1/2 or 1 of each item: exact in binary
-    findings = []
-    if "# fake: forbidden" in text:
-        findings.append(
-            Finding("forbidden-collective", "dist.all_reduce is not allowed in my_allreduce",
-                    "src/collectives.py", 12, 4, "my_allreduce", "dist.all_reduce(tensor)")
-        )
-    a2a_failures = [] if frac[1] == 1 else [("test_all_to_all[ws4-s2g1-float32]", "wrong", "rank 2: wrong chunk")]
-    if "# fake: hang-case" in text:
-        a2a_failures.append(("test_all_to_all[ws8-s0g1-float64]", "hang", "rank 3 waited in recv from rank 1"))
-    task1 = TaskResult("task1", "Task 1 — collectives", 0, 32, [
-        _item("task1.broadcast", "my_broadcast", 6, frac[0], cases=(int(4 * frac[0]), 4),
-              failures=[] if frac[0] == 1 else [("test_broadcast[ws4-src2-float32-4x5]", "wrong", "rank 1 differs")]),
-        _item("task1.all_to_all", "my_all_to_all", 6, frac[1], cases=(int(4 * frac[1]), 4), failures=a2a_failures,
-              findings=findings),
-        _item("task1.diagram", "all-to-all schematic", 5, 0, status=ItemStatus.PENDING_REVIEW),
-        _item("task1.written", "written questions", 15, frac[2]),
-    ])
-    task2 = TaskResult("task2", "Task 2 — parallel transformer", 0, 40, [
-        _item("task2.tensor_parallel", "tensor parallel", 20, frac[3], cases=(int(2 * frac[3]), 2)),
-        _item("task2.ulysses", "Ulysses", 20, frac[4], cases=(int(2 * frac[4]), 2),
-              failures=[] if frac[4] == 1 else [("test_ulysses[ws4-d32h4s8b1]", "crash", "rank 0 raised IndexError")]),
-    ])
-    bonus = TaskResult("bonus", "Bonus", 0, 3, [
-        _item("bonus.tree_broadcast", "tree broadcast", 2, frac[5]),
-        _item("bonus.bandwidth_allreduce", "ring allreduce", 2, frac[6]),
-    ], bonus=True)
-    late, lateness = None, Lateness.UNKNOWN if deadline else Lateness.NO_DEADLINE
-    if submitted_at and deadline:
-        overdue = datetime.fromisoformat(submitted_at) - datetime.fromisoformat(deadline)
-        days = max(0, math.ceil(overdue / timedelta(days=1)))
-        late = LatePenalty(days, min(10.0 * days, 50.0), 0.0)
-        lateness = Lateness.LATE if days else Lateness.ON_TIME
-    info = SubmissionInfo(source, {"src/collectives.py": "sha256:" + hashlib.sha256(text.encode()).hexdigest()},
-                          "sha256:" + h.hex(), submitted_at=submitted_at,
-                          submitted_at_source=TimeSource(time_source) if submitted_at else TimeSource.UNKNOWN)
-    result = GradeResult("a9", 0.0, 72.0, [task1, task2, bonus], info, "0.1.0", "sha256:fake", late=late,
-                         lateness=lateness, findings=findings,
-                         isolation={"rlimits": "on", "session": "on", "uid": "off: not root"})
-    if "# fake: no-trace" not in text:
-        result.trace = {"test_trace_all_to_all[ws4]": {"events": _events()}}
-    recompute_totals(result)
-    return result
+def _byte(text: str, what: str) -> int:
+    return hashlib.sha256(f"{text}\0{what}".encode()).digest()[0]
 
 
-def _junit(result) -> str:
+def fake_cases(text: str, pack, present: list[str]) -> list[tuple[str, str, str, dict | None]]:
+    """``(case id, verdict, message, trace)`` for every case of ``pack``, as the matrix would report a
+    submission whose main file is ``text``.  Each test family passes, fails every other case, or fails all
+    (a function of the text); a case whose student file was not submitted is ``missing``; the trace probes
+    (``keep_events``) carry the metrics the rubric's trace checks read, and the pack's diagram probe its
+    message events unless ``# fake: no-trace``."""
+    hang = next((c for c in pack.case_ids() if c.startswith("test_all_to_all[ws8")), None)
     cases = []
-    for item in result.items():
-        for k in range(item.cases.total):
-            cases.append((f"{item.id.split('.')[1]}_{k}", "pass" if k < item.cases.passed else "wrong"))
-        cases += [(f.id, f.verdict.value) for f in item.failures]
-    body = "".join(
-        f'<testcase classname="matrix" name="{name}"><properties><property name="verdict" value="{v}"/>'
-        f"</properties></testcase>"
-        for name, v in cases
-    )
-    return f'<?xml version="1.0"?><testsuites><testsuite name="matrix">{body}</testsuite></testsuites>\n'
+    for position, case in enumerate(pack.cases()):
+        file = pack.file_of(pack.module_of[case.kind])
+        mode = _byte(text, case.test) % 4  # 0, 1: all pass; 2: every other case wrong; 3: all wrong
+        verdict, message = "pass", ""
+        if file not in present:
+            verdict, message = "missing", f"{file} was not submitted"
+        elif mode == 3 or (mode == 2 and position % 2):
+            verdict, message = "wrong", f"rank {position % 4} returned a wrong result"
+        if case.name == hang and "# fake: hang-case" in text:
+            verdict, message = "hang", "rank 3 waited in recv(src=1) for the whole case"
+        trace = None
+        if case.params.get("keep_events"):
+            function = pack.function_of[case.kind]
+            tensor_bytes = 4096
+            trace = {
+                "max_sends_per_rank": 3 if _byte(text, case.name) % 2 else 7,
+                "max_bytes_sent_per_rank": tensor_bytes * (3 if _byte(text, case.name) % 3 == 0 else 1.5),
+                "tensor_bytes": tensor_bytes,
+                "collectives": [],
+                "student_functions": [function],
+                "events": [],
+            }
+            diagram = pack.diagram
+            if diagram is not None and case.name == diagram.case and "# fake: no-trace" not in text:
+                trace["events"] = _events(diagram.function)
+        cases.append((case.name, verdict, message, trace))
+    return cases
 
 
-def _read_submission(source: Path) -> str:
-    if source.suffix == ".zip":
-        with zipfile.ZipFile(source) as zf:
-            name = next(n for n in zf.namelist() if n.endswith("src/collectives.py"))
-            return zf.read(name).decode()
-    return next(source.rglob("collectives.py")).read_text()
+def write_junit(path: Path, cases, classname: str) -> None:
+    """pytest's xunit1 shape, as the matrix writes it: a ``verdict``, ``message`` (and ``trace``) property
+    per testcase, a failure element for a case that did not pass (``grader.runner.synthesized_case``)."""
+    from junitparser import Failure, JUnitXml, Properties, Property, TestCase, TestSuite
+
+    suite = TestSuite("pytest")
+    for name, verdict, message, trace in cases:
+        case = TestCase(name, classname=classname)
+        if verdict != "pass":
+            case.result = [Failure(message)]
+        props = Properties()
+        props.add_property(Property("verdict", verdict))
+        props.add_property(Property("message", message))
+        if trace is not None:
+            props.add_property(Property("trace", json.dumps(trace)))
+        case.append(props)
+        suite.add_testcase(case)
+    xml = JUnitXml("pytest tests")
+    xml.add_testsuite(suite)
+    xml.write(str(path))
 
 
 def fake_main(argv: list[str]) -> int:
+    """``grader grade SUBMISSION --out DIR [--rubric R] ...``, without the matrix."""
     import argparse
 
-    import yaml
+    from grader import scoring
+    from grader.intake import take
+    from grader.pack import load_pack
+    from grader.pipeline import error_result, keep_deliverables
+    from grader.render.outputs import write_outputs
+    from grader.results import Finding, TimeSource
+    from grader.rubric import load_rubric
+    from grader.submission_time import given
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("command")
+    parser.add_argument("command", choices=["grade"])
     parser.add_argument("submission")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--rubric", type=Path)
@@ -160,42 +152,58 @@ def fake_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     with open(os.environ["FAKE_GRADER_LOG"], "a", errors="backslashreplace") as log:
         log.write(f"{Path(args.submission).name} {os.getpid()}\n")
-    text = _read_submission(Path(args.submission))
     print(f"fake grading {args.submission}")
-    for line in text.splitlines():
-        if line.startswith("# fake: sleep="):
-            time.sleep(float(line.split("=")[1]))
-    if "# fake: hang" in text.split("\n"):
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-        Path(os.environ["FAKE_GRADER_LOG"] + ".pids").write_text(str(child.pid))
-        time.sleep(600)
-    if "# fake: crash" in text:
-        print("Traceback: the grader fell over")
-        sys.stdout.flush()
-        os.kill(os.getpid(), signal.SIGSEGV)
-    deadline = None
-    if args.rubric:
-        deadline = (yaml.safe_load(args.rubric.read_text()).get("late") or {}).get("deadline")
-    result = fake_result(args.submission, text, args.submitted_at, deadline, args.submitted_at_source)
-    if args.trust_commit_time:
-        result.submission.problems.append("fake: --trust-commit-time")
-    if "# fake: error" in text:
-        result.status, result.error = "error", "the matrix runner died: grader bug"
-    (args.out / "results.json").write_text(result.to_json())
-    (args.out / "junit.xml").write_text(_junit(result))
-    return 2 if result.status == "error" else 0
+    rubric = load_rubric(args.rubric)
+    pack = load_pack(rubric.assignment.pack)
+    when = given(args.submitted_at, TimeSource(args.submitted_at_source))
+    with tempfile.TemporaryDirectory(prefix="fake-grade-") as work:
+        taken = take(args.submission, rubric, Path(work) / "sandbox", when, args.trust_commit_time)
+        main_file = taken.sandbox / rubric.student_files[0]
+        text = main_file.read_text() if main_file.is_file() else ""
+        for line in text.splitlines():
+            if line.startswith("# fake: sleep="):
+                time.sleep(float(line.split("=")[1]))
+        if "# fake: hang" in text.split("\n"):
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+            Path(os.environ["FAKE_GRADER_LOG"] + ".pids").write_text(str(child.pid))
+            time.sleep(600)
+        if "# fake: crash" in text:
+            print("Traceback: the grader fell over")
+            sys.stdout.flush()
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if "# fake: error" in text:
+            write_outputs(error_result(rubric, args.submission, "the matrix runner died: grader bug"), args.out, None)
+            return 2
+        findings = []
+        if "# fake: forbidden" in text:
+            findings.append(
+                Finding("forbidden-collective", "dist.all_reduce is not allowed in my_allreduce",
+                        "src/collectives.py", 12, 4, "my_allreduce", FORBIDDEN_SOURCE)
+            )
+        info = taken.info
+        if args.trust_commit_time:
+            info.problems.append("fake: --trust-commit-time")
+        junit = args.out / "junit.xml"
+        write_junit(junit, fake_cases(text, pack, sorted(taken.present)), pack.test_file.stem)
+        result = scoring.score(rubric, junit, info, findings, taken.sandbox, isolation=ISOLATION,
+                               timings={"intake": 0.01, "matrix": 0.0})
+        write_outputs(result, args.out, None)  # the junit is already in place
+        keep_deliverables(taken.sandbox, rubric.deliverable_files, args.out)
+    return 0
 
 
 # ----------------------------------------------------------------------------------------------
 # Helpers
 
 
-def submission(root: Path, name: str, *directives: str, body: str = EMPTY_PY) -> Path:
+def submission(root: Path, name: str, *directives: str, body: str = COLLECTIVES_PY) -> Path:
     """A student repo the way GitHub Classroom lays it out, with fake-grader directives."""
     path = root / name
     (path / "src").mkdir(parents=True)
     (path / "src" / "collectives.py").write_text("".join(f"# fake: {d}\n" for d in directives) + name + "\n" + body)
+    (path / "src" / "transformer.py").write_text(TRANSFORMER_PY)
     (path / "written_answers_task1.md").write_text(f"answers of {name}\n")
+    (path / "all_to_all_schematic.pdf").write_bytes(PDF)
     return path
 
 
@@ -208,6 +216,46 @@ def gradebook(out: Path) -> dict[str, dict[str, str]]:
 
     with (out / "gradebook.csv").open() as fh:
         return {row["student"]: row for row in csv.DictReader(fh)}
+
+
+def results(out: Path) -> dict:
+    """Every student's results.json, as the GradeResult it holds."""
+    from grader.results import GradeResult
+
+    return {p.parent.name: GradeResult.load(p) for p in sorted((out / "students").glob("*/results.json"))}
+
+
+def rubric_variant(tmp_path: Path, name: str, *replacements: tuple[str, str], base: Path = A9) -> Path:
+    """A copy of ``base`` with exact text replacements (each must occur once)."""
+    text = base.read_text()
+    for old, new in replacements:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def oracle(out: Path, student: str, rubric: Path | None = None, manual=None, deadline: str | None = None):
+    """What scoring the student's cached matrix run under ``rubric`` gives: what the batch must report."""
+    from grader import scoring
+    from grader.rescore import rescore
+    from grader.rubric import load_rubric
+    from grader.submission_time import parse_time
+
+    loaded = load_rubric(rubric)
+    if deadline:
+        loaded = scoring.with_deadline(loaded, parse_time(deadline, "deadline"))
+    return rescore(out / "students" / student / "graded", loaded, manual)
+
+
+def _scored(result) -> dict:
+    """What a result says, but which rubric file it was scored under."""
+    return {k: v for k, v in result.to_dict().items() if k != "rubric_digest"}
+
+
+def snapshot(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture
@@ -224,8 +272,44 @@ def run(roster: Path, out: Path, **kwargs):
     return run_batch(roster, out, grade_cmd=FAKE, **kwargs)
 
 
+def grade_alone(tmp_path: Path, name: str, *directives: str, rubric: Path | None = None) -> Path:
+    """A ``grader grade --out`` directory made by the fake grader (in this process: it runs no code)."""
+    source = submission(tmp_path / "subs", name, *directives)
+    out = tmp_path / "graded" / name
+    out.mkdir(parents=True)
+    argv = ["grade", str(source), "--out", str(out)] + (["--rubric", str(rubric)] if rubric else [])
+    assert fake_main(argv) == 0
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
-# Tests
+# The fake grader writes what the real one does
+
+
+def test_the_fake_grader_writes_a_real_grading(tmp_path, log):
+    from grader.pack import load_pack
+    from grader.results import GradeResult
+    from grader.rubric import load_rubric
+    from grader.scoring import read_junit
+
+    out = grade_alone(tmp_path, "alice", "hang-case")
+    result = GradeResult.load(out / "results.json")
+    rubric = load_rubric()
+    assert result.status == "graded" and result.matrix_digest == rubric.matrix_digest
+    assert result.isolation == ISOLATION and result.submission.digest.startswith("sha256:")
+    junit = read_junit(out / "junit.xml")
+    assert list(junit) == load_pack("a9").case_ids()
+    assert {c.verdict.value for c in junit.values()} >= {"pass", "wrong", "hang"}
+    assert junit["test_trace_all_to_all[ws4]"].trace["events"] == _events()
+    assert {c.id: c.verdict for c in result.cases} == {c.id: c.verdict for c in junit.values()}
+    assert sorted(p.name for p in (out / "deliverables").iterdir()) == ["all_to_all_schematic.pdf",
+                                                                        "written_answers_task1.md"]
+    for name in ("summary.md", "gradescope.json", "classroom.json"):
+        assert (out / name).is_file()
+
+
+# ----------------------------------------------------------------------------------------------
+# Rows, statuses, numbers
 
 
 def test_every_student_is_a_row_whatever_happened_to_their_grade(tmp_path, log):
@@ -257,6 +341,8 @@ def test_every_student_is_a_row_whatever_happened_to_their_grade(tmp_path, log):
     assert "the matrix runner died" in next(r.message for r in rows if r.student == "erin")
     assert "fell over" in next(r.message for r in rows if r.student == "dave")
     assert sorted(invocations(log)) == ["a9-alice", "a9-bob.zip", "a9-carol", "a9-dave", "a9-erin", "a9-gina"]
+    # Only a finished grading is a result: the failed ones have a status and no results.json.
+    assert sorted(results(tmp_path / "out")) == ["alice", "bob", "gina"]
     # The timeout killed the hanging grade's whole process group, its child included.
     child = int(Path(str(log) + ".pids").read_text())
     assert _dead(child)
@@ -272,26 +358,38 @@ def _dead(pid: int) -> bool:
         return True
 
 
-def test_numbers_in_the_gradebook_are_the_results(tmp_path, log):
-    from grader.results import GradeResult
+def test_numbers_in_the_gradebook_are_the_results_and_the_results_are_a_rescore(tmp_path, log):
+    from grader.rubric import load_rubric
 
     roster = tmp_path / "roster"
     for name in ("a9-alice", "a9-bob", "a9-carol"):
         submission(roster, name)
-    run(roster, tmp_path / "out")
-    book = gradebook(tmp_path / "out")
+    out = tmp_path / "out"
+    run(roster, out)
+    book = gradebook(out)
     assert list(next(iter(book.values()))) == [
         "student", "task1", "task2", "bonus", "late_penalty", "total", "status", "flags",
     ]
+    rubric = load_rubric()
     for name, row in book.items():
-        result = GradeResult.load(tmp_path / "out" / "students" / name / "results.json")
+        student = out / "students" / name
+        result = results(out)[name]
+        assert result == oracle(out, name)  # the grade of record is the cache scored under today's rubric
         assert float(row["total"]) == pytest.approx(result.score)
         assert float(row["task1"]) == pytest.approx(result.tasks[0].score)
+        assert float(row["task2"]) == pytest.approx(result.tasks[1].score)
         assert float(row["bonus"]) == pytest.approx(result.bonus_score)
-        assert "review" in row["flags"].split()  # the diagram waits for an instructor
-        assert (tmp_path / "out" / "students" / name / "report.html").is_file()
-        key = json.loads((tmp_path / "out" / "students" / name / "cache-key.json").read_text())
-        assert key["submission"].startswith("sha256:") and key["grader_version"]
+        assert "review" in row["flags"].split()  # the diagram's points are provisional until reviewed
+        assert result.item("task1.diagram").score == 5  # read from graded/deliverables/
+        for output in ("summary.md", "gradescope.json", "classroom.json", "report.html"):
+            assert (student / output).is_file(), output
+        assert not (student / "final.json").exists()
+        assert (student / "junit.xml").read_bytes() == (student / "graded" / "junit.xml").read_bytes()
+        key = json.loads((student / "graded" / "cache-key.json").read_text())
+        assert set(key) == {"submission", "submitted_at", "submitted_at_source", "matrix", "grader_version"}
+        assert key["submission"] == result.submission.digest and key["grader_version"]
+        assert key["matrix"] == rubric.matrix_digest == result.matrix_digest
+    assert len({row["total"] for row in book.values()}) > 1  # the fake's verdicts differ between students
 
 
 def test_rerun_grades_only_what_changed_and_force_grades_all(tmp_path, log):
@@ -304,8 +402,10 @@ def test_rerun_grades_only_what_changed_and_force_grades_all(tmp_path, log):
     assert len(invocations(log)) == 3
 
     log.unlink()
+    before = snapshot(out)
     run(roster, out)
     assert invocations(log) == []
+    assert snapshot(out) == before  # scored again from the cache: to the same bytes
 
     (roster / "a9-bob" / "src" / "collectives.py").write_text("# fake: forbidden\nbob v2\n")
     (roster / "a9-carol" / "notes.txt").write_text("not a file the rubric names: no regrade\n")
@@ -316,6 +416,121 @@ def test_rerun_grades_only_what_changed_and_force_grades_all(tmp_path, log):
     log.unlink()
     run(roster, out, force=True)
     assert sorted(invocations(log)) == ["a9-alice", "a9-bob", "a9-carol"]
+
+
+# ----------------------------------------------------------------------------------------------
+# What the cache key holds: the matrix part of the rubric, never its scoring part
+
+
+DEADLINE = "2025-03-02T00:00:00+00:00"
+SCORING_CHANGES = {
+    "item points": [
+        ("        points: 6\n        functions: [src/collectives.py::my_broadcast]",
+         "        points: 8\n        functions: [src/collectives.py::my_broadcast]"),
+        ("        points: 6\n        functions: [src/collectives.py::my_allreduce]",
+         "        points: 4\n        functions: [src/collectives.py::my_allreduce]"),
+    ],
+    "components": [
+        ('{name: values, match: "test_broadcast[*", share: 0.8}',
+         '{name: values, match: "test_broadcast[*", share: 0.5}'),
+        ('{name: in place, match: "test_broadcast_inplace[*", share: 0.2,',
+         '{name: in place, match: "test_broadcast_inplace[*", share: 0.5,'),
+    ],
+    "bonus cap": [("  cap: 5\n", "  cap: 1\n")],
+    "late policy": [("penalty_percent_per_day: 10", "penalty_percent_per_day: 25")],
+    "deadline": [(f"deadline: '{DEADLINE}'", "deadline: '2025-03-10T00:00:00+00:00'")],
+    "hidden case ids": [("case_ids: visible", "case_ids: hidden")],
+}
+MATRIX_CHANGES = {
+    "limits": [("case_timeout_s: 10\n", "case_timeout_s: 9\n")],
+    "policy": [("src/transformer.py: [all_reduce, all_gather]", "src/transformer.py: [all_reduce]")],
+    "student_files": [("  - src/transformer.py\n", "  - src/transformer.py\n  - src/helpers.py\n")],
+    "deliverables": [("any_of: [all_to_all_schematic.pdf, all_to_all_schematic.png]",
+                      "any_of: [all_to_all_schematic.png, all_to_all_schematic.pdf]")],
+}
+
+
+def _late_class(tmp_path: Path) -> tuple[Path, Path]:
+    """A CSV roster (carol's submission is 2 days late) and a rubric with a deadline."""
+    subs = tmp_path / "subs"
+    for name in ("alice", "bob", "carol", "dora"):
+        submission(subs, name)
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student,path_or_git_url,submitted_at\n"
+                      "alice,subs/alice,2025-03-01T10:00:00+00:00\nbob,subs/bob,2025-03-01T11:00:00+00:00\n"
+                      "carol,subs/carol,2025-03-03T10:00:00+00:00\ndora,subs/dora,2025-03-01T12:00:00+00:00\n")
+    return roster, rubric_variant(tmp_path, "base", ("deadline: null", f"deadline: '{DEADLINE}'"))
+
+
+@pytest.mark.parametrize("change", sorted(SCORING_CHANGES))
+def test_changing_only_how_the_rubric_scores_regrades_nobody(tmp_path, log, change):
+    from grader.rubric import load_rubric
+
+    roster, base = _late_class(tmp_path)
+    out = tmp_path / "out"
+    run(roster, out, rubric=base)
+    assert len(invocations(log)) == 4
+    before = results(out)
+    assert before["carol"].late is not None and before["carol"].late.days_late == 2
+
+    log.unlink()
+    variant = rubric_variant(tmp_path, "variant", *SCORING_CHANGES[change], base=base)
+    assert load_rubric(variant).matrix_digest == load_rubric(base).matrix_digest
+    rows = {r.student: r for r in run(roster, out, rubric=variant)}
+    assert invocations(log) == []
+    after = results(out)
+    book = gradebook(out)
+    for name, result in after.items():
+        assert result == oracle(out, name, variant)
+        assert result.rubric_digest == load_rubric(variant).digest
+        assert rows[name].total == result.score and float(book[name]["total"]) == pytest.approx(result.score)
+    changed = [name for name in after if _scored(after[name]) != _scored(before[name])]
+    assert changed, "the change changed nobody's result: the test proves nothing"
+    if change == "bonus cap":
+        assert all(r.bonus_score <= 1 for r in after.values())
+        assert any(r.bonus_score > 1 for r in before.values())
+    if change == "late policy":  # 2 days at 25% a day, of everything carol earned
+        gross = sum(t.score for t in after["carol"].tasks)
+        assert after["carol"].late.points == round(gross * 0.5, 2)
+        assert after["carol"].score == round(gross - after["carol"].late.points, 2)
+
+
+@pytest.mark.parametrize("change", sorted(MATRIX_CHANGES))
+def test_changing_what_decides_the_verdicts_regrades_everyone(tmp_path, log, change):
+    from grader.rubric import load_rubric
+
+    roster, base = _late_class(tmp_path)
+    out = tmp_path / "out"
+    run(roster, out, rubric=base)
+    log.unlink()
+    variant = rubric_variant(tmp_path, "variant", *MATRIX_CHANGES[change], base=base)
+    run(roster, out, rubric=variant)
+    assert sorted(invocations(log)) == ["alice", "bob", "carol", "dora"]
+    digest = load_rubric(variant).matrix_digest
+    for name, result in results(out).items():
+        assert result.matrix_digest == digest
+        key = json.loads((out / "students" / name / "graded" / "cache-key.json").read_text())
+        assert key["matrix"] == digest
+
+
+def test_a_cache_without_its_matrix_run_is_graded_again(tmp_path, log):
+    """The batch scores everyone from graded/junit.xml, so a grading missing it is no cache at all."""
+    roster = tmp_path / "roster"
+    for name in ("a9-alice", "a9-bob"):
+        submission(roster, name)
+    out = tmp_path / "out"
+    run(roster, out)
+    expected = gradebook(out)
+    (out / "students" / "bob" / "graded" / "junit.xml").unlink()
+    log.unlink()
+    run(roster, out)
+    assert invocations(log) == ["a9-bob"]
+    assert gradebook(out) == expected
+    assert results(out)["bob"].cases
+
+
+# ----------------------------------------------------------------------------------------------
+# Interruptions
 
 
 def test_a_killed_batch_resumes_and_ends_as_an_uninterrupted_one(tmp_path, log):
@@ -371,11 +586,55 @@ def _children(pid: int) -> list[int]:
 
 def _done(out: Path) -> set[str]:
     """Students whose grade is in place (temp dirs, named ``.tmp-*``, are not)."""
-    return {p.parent.name for p in out.glob("students/*/cache-key.json") if not p.parent.name.startswith(".")}
+    return {
+        p.parent.parent.name
+        for p in out.glob("students/*/graded/cache-key.json")
+        if not p.parent.parent.name.startswith(".")
+    }
 
 
-def test_manual_scores_change_totals_exactly(tmp_path, log):
-    from grader.results import GradeResult
+def test_a_batch_ended_by_sigterm_kills_its_grades_and_leaves_no_verdict(tmp_path, log):
+    roster = tmp_path / "roster"
+    submission(roster, "a9-s0")
+    submission(roster, "a9-s1")
+    submission(roster, "a9-s2", "sleep=3")
+    submission(roster, "a9-s3", "sleep=3")
+    out = tmp_path / "out"
+    driver = (
+        "import sys; from grader import batch, cli\n"
+        "real = batch.run_batch\n"
+        f"batch.run_batch = lambda *a, **k: real(*a, **k, grade_cmd={FAKE!r})\n"
+        f"sys.exit(cli.main(['batch', {str(roster)!r}, '--out', {str(out)!r}, '--jobs', '2']))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", driver], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    try:
+        while sorted(invocations(log))[-2:] != ["a9-s2", "a9-s3"]:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.05)
+        time.sleep(0.3)  # both sleeping graders are well under way
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    assert code == 130
+    assert "interrupted; rerun the same command to finish" in (proc.stderr.read() if proc.stderr else "")
+    pids = [int(line.split()[1]) for line in log.read_text().splitlines()]
+    assert all(_dead(pid) for pid in pids)
+    assert _done(out) == {"s0", "s1"}
+    assert not (out / "students" / "s2").exists() and not (out / "students" / "s3").exists()
+    assert not (out / "gradebook.csv").exists()
+
+    log.unlink()
+    run(roster, out, jobs=2)
+    assert sorted(invocations(log)) == ["a9-s2", "a9-s3"]
+    assert not list((out / "students").glob(".*"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Manual scores
+
+
+def test_manual_scores_change_totals_exactly_and_never_regrade(tmp_path, log):
+    from grader.manual import ManualScores
 
     roster = tmp_path / "roster"
     for name in ("a9-alice", "a9-bob"):
@@ -383,74 +642,99 @@ def test_manual_scores_change_totals_exactly(tmp_path, log):
     out = tmp_path / "out"
     run(roster, out)
     before = gradebook(out)
-    auto = GradeResult.load(out / "students" / "alice" / "results.json")
-    written = auto.item("task1.written").score
+    auto = results(out)["alice"]
+    diagram, written = auto.item("task1.diagram").score, auto.item("task1.written").score
+    cached = (out / "students" / "alice" / "graded" / "results.json").read_bytes()
 
+    comment = "clear, but chunk labels missing"
     manual = tmp_path / "manual.csv"
-    manual.write_text('student,item,points,comment\nalice,task1.diagram,4,"clear, but chunk labels missing"\n'
-                      "alice,task1.written,15\n")
+    manual.write_text(f'student,item,points,comment\nalice,task1.diagram,4,"{comment}"\nalice,task1.written,15\n')
     log.unlink()
     run(roster, out, manual=manual)
-    assert invocations(log) == []  # merging never regrades
+    assert invocations(log) == []  # manual scores never regrade
     after = gradebook(out)
-    delta = 4 + (15 - written)
+    delta = (4 - diagram) + (15 - written)
     assert float(after["alice"]["total"]) == pytest.approx(float(before["alice"]["total"]) + delta)
     assert float(after["alice"]["task1"]) == pytest.approx(float(before["alice"]["task1"]) + delta)
     assert after["bob"] == before["bob"]
     assert "manual" in after["alice"]["flags"].split() and "review" not in after["alice"]["flags"].split()
-    final = GradeResult.load(out / "students" / "alice" / "final.json")
-    assert final.item("task1.diagram").status.value == "manual"
-    assert final.item("task1.diagram").feedback == "clear, but chunk labels missing"
-    assert "clear, but chunk labels missing" in (out / "students" / "alice" / "report.html").read_text()
-    assert GradeResult.load(out / "students" / "alice" / "results.json") == auto  # the cache stays automatic
+    alice = results(out)["alice"]
+    assert alice == oracle(out, "alice", manual=ManualScores({"task1.diagram": 4, "task1.written": 15},
+                                                             {"task1.diagram": comment}))
+    assert alice.item("task1.diagram").status.value == "manual"
+    assert f"instructor's comment: {comment}" in alice.item("task1.diagram").feedback
+    assert comment in (out / "students" / "alice" / "report.html").read_text()
+    assert (out / "students" / "alice" / "graded" / "results.json").read_bytes() == cached  # the cache stays
 
     as_yaml = tmp_path / "manual.yaml"
-    as_yaml.write_text("alice:\n  task1.diagram: {points: 4, comment: 'clear, but chunk labels missing'}\n"
-                       "  task1.written: 15\n")
+    as_yaml.write_text(f"alice:\n  task1.diagram: {{points: 4, comment: '{comment}'}}\n  task1.written: 15\n")
     run(roster, out, manual=as_yaml)
     assert gradebook(out) == after
+    assert results(out)["alice"] == alice
 
     run(roster, out)  # dropping the file restores the automatic scores
     assert gradebook(out) == before
+    assert results(out)["alice"] == auto
+    assert invocations(log) == []
 
 
-def test_bad_manual_scores_are_refused_with_the_reason(tmp_path, log):
+def test_bad_manual_scores_are_refused_with_the_reason_and_change_nothing(tmp_path, log):
     from grader.errors import UserError
 
     roster = tmp_path / "roster"
     submission(roster, "a9-alice")
     submission(roster, "a9-bob")
+    out = tmp_path / "out"
+    run(roster, out)
+    before = snapshot(out)
     bad = tmp_path / "m.csv"
     for content, reason in [
         ("zoe,task1.diagram,4\n", "not in the roster: zoe"),
-        ("alice,task1.diagramm,4\n", "unknown item 'task1.diagramm'"),
-        ("alice,task1.diagram,6\n", "outside 0..5"),
+        ("bob,task1.diagramm,4\n", "bob: manual score for 'task1.diagramm': not a deliverable, written or manual"),
+        ("bob,task1.broadcast,6\n", "bob: manual score for 'task1.broadcast': not a deliverable, written or manual"),
+        ("bob,task1.diagram,6\n", r"bob: manual score for task1.diagram: 6 is outside 0\.\.5"),
+        ("alice,task1.diagram,4\nbob,task1.diagram,-1\n", "outside 0..5"),
         ("alice,task1.diagram,four\n", "m.csv:1: points must be a number"),
     ]:
         bad.write_text(content)
         with pytest.raises(UserError, match=reason):
-            run(roster, tmp_path / "out", manual=bad)
+            run(roster, out, manual=bad)
+        # Refused as a whole: alice's valid line did not reach her results while the gradebook kept the old.
+        assert snapshot(out) == before, content
 
 
-def test_apply_manual_recomputes_bonus_cap_and_late_penalty():
-    import dataclasses
+def test_manual_scores_are_scored_before_the_bonus_cap_and_the_late_penalty(tmp_path, log):
+    """The one totals rule, with an instructor's scores in it: tasks capped, bonus capped, then the late
+    penalty on all of it (the numbers computed from the rubric)."""
+    from grader.rubric import load_rubric
 
-    from grader.manual import apply_manual
-    from grader.results import LatePenalty
+    roster, base = _late_class(tmp_path)
+    out = tmp_path / "out"
+    run(roster, out, rubric=base)
+    manual = tmp_path / "manual.csv"
+    manual.write_text("carol,task1.diagram,2\ncarol,task1.written,11.5\n")
+    log.unlink()
+    run(roster, out, rubric=base, manual=manual)
+    assert invocations(log) == []
+    rubric = load_rubric(base)
+    carol = results(out)["carol"]
+    tasks = {t.id: t for t in carol.tasks}
+    assert tasks["task1"].score == pytest.approx(min(50, sum(i.score for i in tasks["task1"].items)))
+    assert tasks["bonus"].score == min(rubric.bonus.cap, round(sum(i.score for i in tasks["bonus"].items), 2))
+    assert carol.bonus_score == tasks["bonus"].score
+    gross = sum(t.score for t in carol.tasks)
+    percent = min(2 * rubric.late.penalty_percent_per_day, rubric.late.cap_percent)
+    assert (carol.late.days_late, carol.late.percent) == (2, percent)
+    assert carol.late.points == round(gross * percent / 100, 2)
+    assert carol.score == round(gross - carol.late.points, 2)
+    assert gradebook(out)["carol"]["late_penalty"] == f"{carol.late.points:g}"
 
-    result = fake_result("x", "alice\n")
-    result.late = LatePenalty(2, 20.0, 0.0)
-    merged = apply_manual(result, {"bonus.tree_broadcast": 2, "bonus.bandwidth_allreduce": 2,
-                                   "task1.diagram": 5, "task1.written": 15})
-    tasks = {t.id: t.score for t in merged.tasks}
-    assert tasks["bonus"] == 3 and merged.bonus_score == 3  # 4 earned, capped at the bonus task's max
-    gross = tasks["task1"] + tasks["task2"] + 3
-    assert merged.late == dataclasses.replace(result.late, points=round(gross * 0.2, 2))
-    assert merged.score == round(gross - merged.late.points, 2)
-    assert result.item("task1.diagram").status.value == "pending_review"  # the input is left alone
+
+# ----------------------------------------------------------------------------------------------
+# Submission times and the deadline
 
 
-def test_csv_roster_resolves_paths_and_deadline_makes_late(tmp_path, log):
+def test_csv_roster_resolves_paths_and_a_new_deadline_rescores_without_a_regrade(tmp_path, log):
     subs = tmp_path / "subs"
     submission(subs, "alice")
     submission(subs, "bob")
@@ -460,16 +744,37 @@ def test_csv_roster_resolves_paths_and_deadline_makes_late(tmp_path, log):
                       "bob,subs/bob,2025-03-03T10:00:00+00:00\n"
                       "carl,,\n")
     out = tmp_path / "out"
-    rows = {r.student: r for r in run(roster, out, deadline="2025-03-02T00:00:00+00:00")}
+    rows = {r.student: r for r in run(roster, out, deadline=DEADLINE)}
     assert rows["carl"].status == "no_submission"
     assert rows["alice"].late_penalty == 0 and "late" not in rows["alice"].flags
     assert rows["bob"].late_penalty and rows["bob"].late_penalty > 0 and "late" in rows["bob"].flags
-    assert "2025-03-02T00:00:00+00:00" in (out / "rubric.yaml").read_text()
+    assert results(out)["bob"] == oracle(out, "bob", deadline=DEADLINE)
+    assert not (out / "rubric.yaml").exists()  # the deadline is applied when scoring, not by a rubric copy
+    late_total = results(out)["bob"].score
 
     log.unlink()
-    run(roster, out, deadline="2025-03-05T00:00:00+00:00")  # another deadline: every grade is stale
-    assert sorted(invocations(log)) == ["alice", "bob"]
-    assert gradebook(out)["bob"]["late_penalty"] == "0"
+    rows = {r.student: r for r in run(roster, out, deadline="2025-03-05T00:00:00+00:00")}
+    assert invocations(log) == []  # another deadline only scores
+    assert gradebook(out)["bob"]["late_penalty"] == "0" and "late" not in rows["bob"].flags
+    assert results(out)["bob"].score > late_total
+    assert results(out)["bob"] == oracle(out, "bob", deadline="2025-03-05T00:00:00+00:00")
+
+    run(roster, out)  # the rubric's own late policy: no deadline, nothing late
+    assert invocations(log) == []
+    assert results(out)["bob"].lateness.value == "no_deadline"
+
+
+def test_a_deadline_needs_a_late_policy(tmp_path, log):
+    from grader.errors import UserError
+
+    roster = tmp_path / "roster"
+    submission(roster, "a9-alice")
+    no_late = A9.read_text().split("\nlate:\n")[0] + "\npolicy:" + A9.read_text().split("\npolicy:")[1]
+    rubric = tmp_path / "no-late.yaml"
+    rubric.write_text(no_late)
+    with pytest.raises(UserError, match="--deadline needs a `late:` section"):
+        run(roster, tmp_path / "out", rubric=rubric, deadline=DEADLINE)
+    assert invocations(log) == []  # refused before anyone was graded
 
 
 def test_time_sources_reach_the_grade_and_unknown_lateness_is_flagged(tmp_path, log):
@@ -479,20 +784,26 @@ def test_time_sources_reach_the_grade_and_unknown_lateness_is_flagged(tmp_path, 
     roster = tmp_path / "roster.csv"
     roster.write_text("student,path_or_git_url,submitted_at\nalice,subs/alice,2025-03-01T10:00:00Z\nbob,subs/bob,\n")
     out = tmp_path / "out"
-    rows = {r.student: r for r in run(roster, out, deadline="2025-03-02T00:00:00+00:00")}
+    rows = {r.student: r for r in run(roster, out, deadline=DEADLINE)}
     alice = json.loads((out / "students" / "alice" / "results.json").read_text())
     assert alice["submission"]["submitted_at_source"] == "roster"
     assert "late_unknown" not in rows["alice"].flags
     assert rows["bob"].late_penalty == 0 and "late_unknown" in rows["bob"].flags
     assert gradebook(out)["bob"]["flags"].split().count("late_unknown") == 1
-    key = json.loads((out / "students" / "alice" / "cache-key.json").read_text())
+    key = json.loads((out / "students" / "alice" / "graded" / "cache-key.json").read_text())
     assert (key["submitted_at"], key["submitted_at_source"]) == ("2025-03-01T10:00:00+00:00", "roster")
 
     log.unlink()
-    run(roster, out, deadline="2025-03-02T00:00:00+00:00", trust_commit_time=True)
+    run(roster, out, deadline=DEADLINE, trust_commit_time=True)
     assert invocations(log) == []  # no commit to trust: the keys, and so the grades, stand
     bob = json.loads((out / "students" / "bob" / "results.json").read_text())
     assert "fake: --trust-commit-time" not in bob["submission"]["problems"]
+
+    # A submission time is part of the key: it decides lateness, and a grade records it.
+    roster.write_text("student,path_or_git_url,submitted_at\nalice,subs/alice,2025-03-04T10:00:00Z\nbob,subs/bob,\n")
+    rows = {r.student: r for r in run(roster, out, deadline=DEADLINE)}
+    assert invocations(log) == ["alice"]
+    assert "late" in rows["alice"].flags and rows["alice"].late_penalty > 0
 
 
 def test_trusting_commit_times_is_passed_to_every_grade(tmp_path, log):
@@ -509,6 +820,10 @@ def test_seconds_spent_grading_are_recorded(tmp_path, log):
     run(roster, tmp_path / "out")
     outcome = json.loads((tmp_path / "out" / "students" / "alice" / "batch-outcome.json").read_text())
     assert outcome["status"] == "graded" and outcome["seconds"] >= 0.3
+
+
+# ----------------------------------------------------------------------------------------------
+# Rosters
 
 
 def test_a_folder_named_with_any_bytes_is_a_student_like_any_other(tmp_path, log):
@@ -532,7 +847,7 @@ def test_a_folder_named_with_any_bytes_is_a_student_like_any_other(tmp_path, log
     ],
 )
 def test_common_prefix_of_classroom_names_is_stripped(names, stripped):
-    from grader.batch import strip_common_prefix
+    from grader.batch.roster import strip_common_prefix
 
     assert strip_common_prefix(names) == stripped
 
@@ -551,11 +866,90 @@ def test_cli_batch_writes_the_outputs(tmp_path, log, monkeypatch):
 
 
 # ----------------------------------------------------------------------------------------------
+# grader rescore
+
+
+def test_rescore_applies_a_changed_scoring_part_and_refuses_a_changed_matrix_part(tmp_path, log):
+    from grader import scoring
+    from grader.errors import UserError
+    from grader.rescore import rescore
+    from grader.results import GradeResult
+    from grader.rubric import load_rubric
+
+    graded = grade_alone(tmp_path, "alice")
+    assert rescore(graded, load_rubric()) == GradeResult.load(graded / "results.json")  # same rubric, same result
+
+    capped = load_rubric(rubric_variant(tmp_path, "capped", ("  cap: 5\n", "  cap: 0.5\n")))
+    result = rescore(graded, capped)
+    assert result.bonus_score <= 0.5 and result.rubric_digest == capped.digest
+    previous = GradeResult.load(graded / "results.json")
+    assert result == scoring.score(capped, graded / "junit.xml", previous.submission, previous.findings,
+                                   graded / "deliverables", isolation=previous.isolation, timings=previous.timings)
+
+    for change, replacements in sorted(MATRIX_CHANGES.items()):
+        other = load_rubric(rubric_variant(tmp_path, change, *replacements))
+        with pytest.raises(UserError) as refused:
+            rescore(graded, other)
+        message = str(refused.value)
+        assert str(graded) in message and "grade it again" in message, change
+        assert "pack, files, limits or policy differ" in message, change
+
+
+def test_rescore_returns_a_grading_that_did_not_finish_as_it_is(tmp_path, log):
+    from grader.rescore import rescore
+    from grader.results import GradeResult
+    from grader.rubric import load_rubric
+
+    source = submission(tmp_path / "subs", "erin", "error")
+    out = tmp_path / "erin"
+    out.mkdir()
+    assert fake_main(["grade", str(source), "--out", str(out)]) == 2
+    capped = load_rubric(rubric_variant(tmp_path, "capped", ("  cap: 5\n", "  cap: 1\n")))
+    assert rescore(out, capped) == GradeResult.load(out / "results.json")
+    assert rescore(out, capped).status == "error"
+
+
+def test_cli_rescore_rewrites_a_grading_in_place(tmp_path, log, capsys):
+    from grader import cli
+    from grader.manual import ManualScores
+    from grader.rescore import rescore
+    from grader.results import GradeResult
+    from grader.rubric import load_rubric
+
+    graded = grade_alone(tmp_path, "alice")
+    junit = (graded / "junit.xml").read_bytes()
+    variant = rubric_variant(tmp_path, "variant", ("  cap: 5\n", "  cap: 1\n"),
+                             ("penalty_percent_per_day: 10", "penalty_percent_per_day: 20"))
+    manual = tmp_path / "manual.csv"
+    manual.write_text("alice,task1.diagram,3,arrows unlabelled\n")
+    expected = rescore(graded, load_rubric(variant), ManualScores({"task1.diagram": 3}, {"task1.diagram":
+                                                                                           "arrows unlabelled"}))
+
+    assert cli.main(["rescore", str(graded), "--rubric", str(variant), "--manual", str(manual)]) == 0
+    assert GradeResult.load(graded / "results.json") == expected
+    assert f"{expected.score:g}/{expected.max_score:g}" in capsys.readouterr().out
+    assert (graded / "junit.xml").read_bytes() == junit  # the matrix run is what was rescored: it stays
+    gradescope = json.loads((graded / "gradescope.json").read_text())
+    assert gradescope["score"] == pytest.approx(expected.score)
+    assert "arrows unlabelled" in (graded / "summary.md").read_text()
+
+    # A deadline given to rescore is applied too; the submission had no time, so lateness is unknown.
+    assert cli.main(["rescore", str(graded), "--rubric", str(variant), "--deadline", DEADLINE]) == 0
+    assert GradeResult.load(graded / "results.json").lateness.value == "unknown"
+
+    limits = rubric_variant(tmp_path, "limits", *MATRIX_CHANGES["limits"])
+    before = snapshot(graded)
+    assert cli.main(["rescore", str(graded), "--rubric", str(limits)]) == 1
+    assert "grade it again" in capsys.readouterr().err
+    assert snapshot(graded) == before
+
+
+# ----------------------------------------------------------------------------------------------
 # The real grader
 
 
 @pytest.mark.slow
-def test_real_grader_batch_equals_grading_each_alone(tmp_path):
+def test_real_grader_batch_equals_grading_each_alone_and_a_rescore_runs_no_code(tmp_path):
     from grader.results import GradeResult
 
     trees = {"a9": REPO / "reference" / "a9", "a9-naive": REPO / "reference" / "a9-naive",
@@ -572,7 +966,8 @@ def test_real_grader_batch_equals_grading_each_alone(tmp_path):
     roster.write_text("".join(f"{name},{path}\n" for name, path in trees.items()))
     from grader.batch import run_batch
 
-    rows = {r.student: r for r in run_batch(roster, tmp_path / "batch", jobs=2, progress=StringIO())}
+    out = tmp_path / "batch"
+    rows = {r.student: r for r in run_batch(roster, out, jobs=2, progress=StringIO())}
     for name, path in trees.items():
         alone = tmp_path / f"alone-{name}"
         done = subprocess.run([sys.executable, "-m", "grader", "grade", str(path), "--out", str(alone)],
@@ -583,10 +978,26 @@ def test_real_grader_batch_equals_grading_each_alone(tmp_path):
         assert rows[name].total == pytest.approx(expected.score)
         assert rows[name].tasks == {t.id: t.score for t in expected.tasks if not t.bonus}
         # The cache key was computed without grading, yet names exactly what was graded.
-        key = json.loads((tmp_path / "batch" / "students" / name / "cache-key.json").read_text())
+        key = json.loads((out / "students" / name / "graded" / "cache-key.json").read_text())
         assert key["submission"] == expected.submission.digest
     if "template" in rows:
         assert rows["a9"].total > rows["template"].total
+
+    # A scoring-only change: nobody is graded again (the matrix runs' outcomes stay as they were), and
+    # every result is the real grading rescored under the new rubric.
+    from grader.rescore import rescore
+    from grader.rubric import load_rubric
+
+    outcomes = {name: (out / "students" / name / "batch-outcome.json").read_bytes() for name in trees}
+    capped = rubric_variant(tmp_path, "capped", ("  cap: 5\n", "  cap: 1\n"))
+    start = time.monotonic()
+    run_batch(roster, out, jobs=2, rubric=capped, progress=StringIO())
+    assert time.monotonic() - start < 60
+    for name in trees:
+        assert (out / "students" / name / "batch-outcome.json").read_bytes() == outcomes[name]
+        result = GradeResult.load(out / "students" / name / "results.json")
+        assert result == rescore(out / "students" / name / "graded", load_rubric(capped))
+        assert result.bonus_score <= 1
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""The HTML reports: their numbers are the gradebook's, the diagram draws every message, and they
-render in headless Chromium (screenshots in artifacts/screenshots/, checked to be real pictures).
+"""The HTML reports: their numbers are the gradebook's, the class report is a function of the results
+alone, the pack's diagram draws every message, and they render in headless Chromium (screenshots in
+artifacts/screenshots/, checked to be real pictures).
 
-The class is graded by the fake grader of tests/test_batch.py (see its docstring), so these tests
-exercise the same files `grader batch` writes.
+The class is graded by the fake grader of tests/test_batch.py (see its docstring: real case ids,
+real scoring, no student code run), so these tests exercise the same files `grader batch` writes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import shutil
 import struct
 import subprocess
 import zlib
+from html import escape
 from html.parser import HTMLParser
 from io import StringIO
 from pathlib import Path
@@ -102,6 +104,7 @@ def test_class_report_numbers_are_the_gradebook(out):
 
 
 def test_student_reports_show_the_gradebook_numbers(out):
+    from grader.render.html_kit import fmt_points
     from grader.results import GradeResult
 
     book = gradebook(out)
@@ -116,15 +119,20 @@ def test_student_reports_show_the_gradebook_numbers(out):
         assert fields["bonus"] == row["bonus"]
         assert fields["late_penalty"] == row["late_penalty"]
         assert tasks["task1"] == row["task1"] and tasks["task2"] == row["task2"]
-        final = GradeResult.load(out / "students" / student / "final.json")
+        result = GradeResult.load(out / "students" / student / "results.json")
         items = {v["item"]: float(v["value"]) for v in page.values if "item" in v}
-        assert items == {i.id: pytest.approx(i.score) for i in final.items()}
+        assert items == {i.id: pytest.approx(i.score) for i in result.items()}
+        assert fields["total"] == fmt_points(result.score)
     alice = (out / "students" / "alice" / "report.html").read_text()
-    assert "chunk 3 of r1 is drawn twice" in alice and ">manual<" in alice
+    assert "instructor&#x27;s comment: labelled arrows; chunk 3 of r1 is drawn twice" in alice
+    assert ">manual<" in alice
 
 
 def test_histograms_count_every_graded_student(out):
+    from grader.rubric import load_rubric
+
     book = gradebook(out)
+    max_total = load_rubric().max_score
     totals = [float(r["total"]) for r in book.values() if r["status"] == "graded"]
     bars: dict[str, list[tuple[str, int]]] = {}
     current = None
@@ -137,25 +145,68 @@ def test_histograms_count_every_graded_student(out):
     assert all(sum(c for _, c in b) == len(totals) for b in bars.values())
     for bin_range, count in bars["total"]:
         lo, hi = map(float, bin_range.split("-"))
-        last = hi == 72
+        last = hi == max_total
         assert count == sum(lo <= t < hi or (last and t == hi) for t in totals), bin_range
 
 
-def test_case_pass_rates_come_from_each_students_junit(out):
-    from grader.batch import case_verdicts
-
-    book = gradebook(out)
-    verdicts = [case_verdicts(out / "students" / s / "junit.xml") for s, r in book.items() if r["status"] == "graded"]
+def _shown_rates(html: Path) -> dict[str, float]:
     shown, case = {}, None
-    for tag, d in parse(out / "index.html").elements:
+    for tag, d in parse(html).elements:
         if tag == "tr":
             case = d.get("case")
         elif case and d.get("field") == "pass_rate":
             shown[case] = float(d["value"])
-    assert set(shown) == {c for v in verdicts for c in v} and shown
+    return shown
+
+
+def test_case_pass_rates_come_from_each_students_results(out):
+    from grader.results import GradeResult
+    from grader.scoring import read_junit
+
+    book = gradebook(out)
+    graded = [s for s, r in book.items() if r["status"] == "graded"]
+    verdicts = {}
+    for student in graded:
+        result = GradeResult.load(out / "students" / student / "results.json")
+        verdicts[student] = {c.id: c.verdict.value for c in result.cases}
+        # With visible case ids, a result's cases are its matrix run's verdicts, every one of them.
+        junit = read_junit(out / "students" / student / "graded" / "junit.xml")
+        assert verdicts[student] == {c.id: c.verdict.value for c in junit.values()}
+    shown = _shown_rates(out / "index.html")
+    assert set(shown) == {c for v in verdicts.values() for c in v} and shown
+    assert any(rate < 1 for rate in shown.values()) and any(rate == 1 for rate in shown.values())
     for case, rate in shown.items():
-        ran = [v[case] for v in verdicts if case in v]
+        ran = [v[case] for v in verdicts.values() if case in v]
         assert rate == pytest.approx(sum(x == "pass" for x in ran) / len(ran), abs=1e-4), case
+    families = {d["family"] for tag, d in parse(out / "index.html").elements if tag == "tr" and "family" in d}
+    assert families == {case.split("[")[0] for case in shown}
+
+
+def test_the_class_report_is_rendered_from_the_results_alone(out, tmp_path):
+    """No matrix run is read: with every junit.xml gone, the results and the batch's outcomes make the
+    same page, per-case pass rates and hangs included.  (A batch itself would grade such a student again:
+    it scores everyone from graded/junit.xml, see test_batch.py.)"""
+    from grader.batch.workers import load_outcome
+    from grader.gradebook import gradebook_row
+    from grader.render.class_report import render_class_report
+    from grader.results import GradeResult
+
+    copy = Path(shutil.copytree(out, tmp_path / "copy"))
+    for junit in copy.rglob("junit.xml"):
+        junit.unlink()
+    results, rows = {}, []
+    for student in gradebook(copy):
+        student_dir = copy / "students" / student
+        outcome = load_outcome(student_dir)
+        path = student_dir / "results.json"
+        results[student] = GradeResult.load(path) if path.exists() else None
+        rows.append(gradebook_row(student, outcome.status, results[student], outcome.message))
+    page = render_class_report(results, rows)
+    assert page == (out / "index.html").read_text(encoding="utf-8")
+    (copy / "again.html").write_text(page, encoding="utf-8")
+    assert _shown_rates(copy / "again.html") == _shown_rates(out / "index.html") != {}
+    timeouts = page[page.index('id="timeouts"') :]
+    assert 'data-student="bob"' in timeouts and "1 case(s) hung: test_all_to_all[ws8" in timeouts
 
 
 def test_violations_and_failures_are_listed(out):
@@ -170,24 +221,49 @@ def test_violations_and_failures_are_listed(out):
 
 
 def test_diagram_draws_every_message_and_says_when_there_is_no_trace(out):
-    elements = parse(out / "students" / "alice" / "report.html").elements
-    assert any(tag == "svg" and d.get("diagram") == "all_to_all" for tag, d in elements)
-    pairs = sorted((int(d["src"]), int(d["dst"])) for tag, d in elements if tag == "g" and "message" in d)
-    assert pairs == [(s, d) for s in range(4) for d in range(4) if s != d]
-    # With hidden case ids the trace is keyed "hidden case N": the diagram still finds its events.
-    from grader.render.html import render_all_to_all_diagram
+    from grader.pack import load_pack
+    from grader.render.trace_svg import render_diagram
     from grader.results import GradeResult
 
-    trace = GradeResult.load(out / "students" / "alice" / "final.json").trace
+    diagram = load_pack("a9").diagram
+    elements = parse(out / "students" / "alice" / "report.html").elements
+    assert any(tag == "svg" and d.get("diagram") == diagram.function == "my_all_to_all" for tag, d in elements)
+    pairs = sorted((int(d["src"]), int(d["dst"])) for tag, d in elements if tag == "g" and "message" in d)
+    assert pairs == [(s, d) for s in range(4) for d in range(4) if s != d]
+    # With hidden case ids the trace is keyed "hidden case N": the diagram still finds the probe, as the
+    # one whose events all come from the pack's function.
+    trace = GradeResult.load(out / "students" / "alice" / "results.json").trace
+    assert diagram.case in trace
     hidden = {f"hidden case {n}": summary for n, summary in enumerate(trace.values())}
-    assert render_all_to_all_diagram(hidden).count("data-message=") == 12
+    assert render_diagram(hidden, diagram.case, diagram.function).count("data-message=") == 12
     carol = parse(out / "students" / "carol" / "report.html").elements
     assert any(d.get("diagram") == "none" for _, d in carol)
     assert "No trace available" in (out / "students" / "carol" / "report.html").read_text()
 
 
+def test_the_diagram_is_the_packs_and_knows_no_assignment(out):
+    from grader.pack import Diagram, load_pack
+    from grader.render.student_report import render_student_report
+    from grader.render.trace_svg import render_diagram
+    from grader.results import GradeResult, SubmissionInfo
+
+    fake = _fake_grader_module()
+    svg = render_diagram({"test_double[ws2]": {"events": fake._events("double")}}, "test_double[ws2]", "double")
+    assert 'data-diagram="double"' in svg and svg.count("data-message=") == 12
+    assert "all-to-all" not in svg.lower() and "all_to_all" not in svg
+    none = render_diagram({}, "test_double[ws2]", "double")
+    assert 'data-diagram="none"' in none and "double" in none and "all-to-all" not in none.lower()
+
+    result = GradeResult("toy", 0.0, 10.0, [], SubmissionInfo("x", {}, "sha256:0"), "0", "sha256:0")
+    result.trace = {"test_double[ws2]": {"events": fake._events("double")}}
+    assert 'id="diagram"' not in render_student_report(result, diagram=None)
+    page = render_student_report(result, diagram=Diagram("test_double[ws2]", "double", "Your double, by rank"))
+    assert "Your double, by rank" in page and 'data-diagram="double"' in page
+    assert escape(load_pack("a9").diagram.title) in (out / "students" / "alice" / "report.html").read_text()
+
+
 def test_diagram_marks_messages_nobody_received_and_receives_nobody_sent():
-    from grader.render.html import ALL_TO_ALL_CASE, match_messages, render_all_to_all_diagram
+    from grader.render.trace_svg import _events, match_messages, render_diagram
 
     events = [
         {"rank": 0, "op": "send", "peer": 1, "t": 0.001, "bytes": 8, "shape": [2], "dtype": "float32"},
@@ -196,9 +272,8 @@ def test_diagram_marks_messages_nobody_received_and_receives_nobody_sent():
         {"rank": 3, "op": "irecv", "peer": 2, "t": 0.004, "bytes": 8, "shape": [2], "dtype": "float32"},
         {"rank": "x", "op": "send"},  # malformed events (they crossed the trust boundary) are dropped
     ]
-    svg = render_all_to_all_diagram({ALL_TO_ALL_CASE: {"events": events}})
+    svg = render_diagram({"probe[ws4]": {"events": events}}, "probe[ws4]", "my_fn")
     assert svg.count("data-message=") == 2 and "never received" in svg and 'data-orphan="1"' in svg
-    from grader.render.html import _events
 
     messages, orphans = match_messages(_events(events))
     assert [(m.src, m.dst, m.k, m.recv is not None) for m in messages] == [(0, 1, 0, True), (0, 1, 1, False)]
@@ -287,8 +362,8 @@ def decode_png(data: bytes) -> list[list[tuple[int, ...]]]:
 def test_student_report_renders_with_its_diagram(out, chromium, tmp_path):
     page = out / "students" / "alice" / "report.html"
     dom = _chromium(chromium, tmp_path, page, "--dump-dom").stdout
-    assert 'data-diagram="all_to_all"' in dom and dom.count("data-message=") == 12
-    pixels = screenshot(chromium, tmp_path, page, "student-report.png", 2000)
+    assert 'data-diagram="my_all_to_all"' in dom and dom.count("data-message=") == 12
+    pixels = screenshot(chromium, tmp_path, page, "student-report.png", 4500)
     where = {c: [(x, y) for y, row in enumerate(pixels) for x, p in enumerate(row) if p == c] for c in RANK_COLOURS}
     assert all(where.values()), "a rank's colour is missing: the diagram did not render"
     xs = [x for points in where.values() for x, _ in points]

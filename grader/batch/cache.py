@@ -60,9 +60,7 @@ def is_cached(graded: Path, key: dict[str, Any]) -> bool:
     """Whether ``graded`` holds a finished grading made for ``key``: its result and the matrix run
     (``junit.xml``) every batch scores it from again."""
     return (
-        read_json(graded / KEY_FILE) == key
-        and (graded / "results.json").is_file()
-        and (graded / "junit.xml").is_file()
+        read_json(graded / KEY_FILE) == key and (graded / "results.json").is_file() and (graded / "junit.xml").is_file()
     )
 
 
