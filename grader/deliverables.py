@@ -20,8 +20,13 @@ _PDF_TAIL_BYTES = 2048  # readers look for %%EOF this close to the end
 
 
 def find_deliverable(root: Path, candidates: Sequence[str]) -> Path | None:
-    """The first candidate that is a regular file under ``root``."""
-    return next((root / name for name in candidates if (root / name).is_file()), None)
+    """The first candidate that is a regular file under ``root``; a candidate with ``*`` is a pattern
+    (intake keeps the file it matched under its own name)."""
+    for name in candidates:
+        for path in sorted(root.glob(name)) if "*" in name else [root / name]:
+            if path.is_file():
+                return path
+    return None
 
 
 def _either(candidates: Sequence[str]) -> str:
@@ -127,6 +132,18 @@ def field_right(answer: str, expected: float | tuple[float, ...]) -> bool:
     got = parse_value(answer)
     want = expected if isinstance(expected, tuple) else (expected,)
     return got is not None and len(got) == len(want) and all(abs(g - w) <= 1e-9 for g, w in zip(got, want, strict=True))
+
+
+def check_advice(root: Path, candidates: Sequence[str], title: str, expect: Sequence[str]) -> str:
+    """One line for an advisory check of a deliverable: what it confirms, or what it lacks."""
+    path = find_deliverable(root, candidates)
+    if path is None:
+        return f"{title}: not checked, {_either(candidates)} not handed in"
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    missing = [regex for regex in expect if not any(re.search(regex, line) for line in lines)]
+    if not missing:
+        return f"{title}: yes ({path.name})"
+    return f"{title}: not shown in {path.name} (no line matches {', '.join(repr(m) for m in missing)})"
 
 
 def check_written(root: Path, candidates: Sequence[str], key: Sequence[WrittenQuestion]) -> WrittenCheck:

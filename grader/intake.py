@@ -36,6 +36,7 @@ nothing can be graded.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import hashlib
 import lzma
@@ -116,7 +117,7 @@ def take(
     return materialize(
         source,
         student_files=list(rubric.student_files),
-        deliverables=list(rubric.deliverable_files),
+        deliverables=[d.any_of for d in rubric.deliverables.values()],
         dest=dest,
         max_file_bytes=rubric.limits.file_size_mb << 20,
         max_total_bytes=rubric.limits.submission_mb << 20,
@@ -128,7 +129,7 @@ def take(
 def materialize(
     source: str | Path,
     student_files: list[str],
-    deliverables: list[str],
+    deliverables: list[tuple[str, ...]],
     dest: Path,
     max_file_bytes: int,
     max_total_bytes: int,
@@ -137,8 +138,10 @@ def materialize(
 ) -> Intake:
     """Build the sandbox ``dest`` (created; must not exist or be empty) from ``source``.
 
-    ``submitted_at`` is the most trusted time given by the caller (``grader.submission_time``);
-    without one, the commit's date counts only with ``trust_commit_time``.  Raises
+    ``deliverables`` holds each deliverable's alternative names (``("answers.md", "answers.pdf")``),
+    reported missing only when none of them is there.  ``submitted_at`` is the most trusted time
+    given by the caller (``grader.submission_time``); without one, the commit's date counts only
+    with ``trust_commit_time``.  Raises
     :class:`UserError` only when nothing can be graded: the source does not exist, is an unreadable
     archive, cannot be fetched, or holds several submissions.
     """
@@ -147,7 +150,7 @@ def materialize(
         raise FileExistsError(f"{dest} is not empty: the sandbox must be fresh")
     budget = _Budget(max_file_bytes, max_total_bytes)
     with tempfile.TemporaryDirectory(prefix="grader-intake-") as tmp:
-        top, head = _unpack(str(source), Path(tmp), budget, student_files + deliverables)
+        top, head = _unpack(str(source), Path(tmp), budget, student_files + [n for d in deliverables for n in d])
         root = _find_root(top, student_files, budget)
         files = _copy_all(root, student_files, deliverables, dest, budget)
         if head is None and os.path.lexists(top / ".git"):  # a checkout: graded as in its working tree
@@ -366,16 +369,20 @@ def _find_root(top: Path, student_files: list[str], budget: _Budget) -> Path:
 
 
 def _find_deliverables(root: Path, names: list[str], budget: _Budget) -> dict[str, str | None]:
-    """Where each deliverable is: ``root/<name>``, else the one entry of that name below ``root``."""
-    found: dict[str, str | None] = {name: name if os.path.lexists(root / name) else None for name in names}
+    """Where each deliverable is: ``root/<name>``, else the one entry of that name below ``root``.  A
+    name with ``*`` is a pattern (``*.log``): the first match at ``root``, else the one match below."""
+    found: dict[str, str | None] = {name: _at_root(root, name) for name in names}
     missing = {name for name, where in found.items() if where is None}
     if not missing:
         return found
     matches: dict[str, list[str]] = {name: [] for name in missing}
     for directory, _, entries in _walk(root, MAX_DEPTH, budget):
         for entry in entries:
-            if entry.name in missing and not entry.is_dir(follow_symlinks=False):
-                matches[entry.name].append(str(Path(directory, entry.name).relative_to(root)))
+            if entry.is_dir(follow_symlinks=False):
+                continue
+            for name in missing:
+                if fnmatch.fnmatchcase(entry.name, name):
+                    matches[name].append(str(Path(directory, entry.name).relative_to(root)))
     for name, places in sorted(matches.items()):
         if len(places) == 1:
             found[name] = places[0]
@@ -384,11 +391,21 @@ def _find_deliverables(root: Path, names: list[str], budget: _Budget) -> dict[st
     return found
 
 
+def _at_root(root: Path, name: str) -> str | None:
+    if "*" not in name:
+        return name if os.path.lexists(root / name) else None
+    try:
+        entries = sorted(e.name for e in os.scandir(root) if fnmatch.fnmatchcase(e.name, name))
+    except OSError:
+        return None
+    return entries[0] if entries else None
+
+
 # --- copying -------------------------------------------------------------------------------------
 
 
 def _copy_all(
-    root: Path, student_files: list[str], deliverables: list[str], dest: Path, budget: _Budget
+    root: Path, student_files: list[str], deliverables: list[tuple[str, ...]], dest: Path, budget: _Budget
 ) -> dict[str, _Copied]:
     """Copy what the rubric names; return what was copied by its path in the sandbox."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -399,19 +416,17 @@ def _copy_all(
             package.mkdir(exist_ok=True)
             (package / "__init__.py").write_bytes(b"")
     copied: dict[str, _Copied] = {}
+    names = [n for d in deliverables for n in d]
+    places = _find_deliverables(root, names, budget)
     wanted = [(name, _student_path(root, name), name) for name in student_files]
-    places = _find_deliverables(root, deliverables, budget)
-    wanted += [(name, places[name], PurePosixPath(name).name) for name in deliverables]
-    missing_stems: dict[str, list[str]] = {}
+    wanted += [(name, places[name], PurePosixPath(places[name] or name).name) for name in names]
     for name, found, sandbox_name in wanted:
-        if found is None:
-            missing_stems.setdefault(PurePosixPath(name).stem, []).append(name)
-        elif (digest := _copy_one(root, found, dest / sandbox_name, budget)) is not None:
+        if found is not None and (digest := _copy_one(root, found, dest / sandbox_name, budget)) is not None:
             copied[sandbox_name] = _Copied(digest, name, found)
-    present_stems = {PurePosixPath(c.rubric_name).stem for c in copied.values()}
-    for stem, names in missing_stems.items():
-        if stem not in present_stems:
-            budget.note(f"{' or '.join(names)} is missing")
+    present = {c.rubric_name for c in copied.values()}
+    for alternatives in [(name,) for name in student_files] + list(deliverables):
+        if not present.intersection(alternatives):
+            budget.note(f"{' or '.join(alternatives)} is missing")
     _lock_down(dest)
     return copied
 

@@ -101,6 +101,9 @@ class AssignmentPack:
     placeholders: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     imports_before: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # module -> modules it needs
     attributed: tuple[str, ...] = ()  # student functions the messages a rank sends are attributed to
+    #: whether a rank imports a case's student module before the case: False for a hand-in whose module
+    #: level must never run (A4's script starts NCCL on GPUs); its bodies read definitions out of the source
+    imports: bool = True
     runtime: str = "torchdist"
     diagram: Diagram | None = None
     search_path: tuple[str, ...] = ()  # where a pack found by module path was imported from
@@ -144,6 +147,14 @@ def load_pack(ref: str | None = None) -> AssignmentPack:
         known = ", ".join(sorted(installed)) or "none"
         raise UserError(f"no assignment pack named {ref!r} is installed (installed: {known})")
     return _checked(installed[ref].load(), ref)
+
+
+def bundled_rubric(pack_id: str) -> Path:
+    """A bundled pack's default rubric: ``rubrics/<id>.yaml`` of a source checkout, else the copy an
+    installed wheel packages as ``grader/rubrics/<id>.yaml`` (one file either way, edited in the repo)."""
+    package = Path(__file__).resolve().parent
+    in_tree = package.parent / "rubrics" / f"{pack_id}.yaml"
+    return in_tree if in_tree.exists() else package / "rubrics" / f"{pack_id}.yaml"
 
 
 def _checked(value: Any, ref: str) -> AssignmentPack:

@@ -112,8 +112,9 @@ def keep_deliverables(sandbox: Path, names: tuple[str, ...], out_dir: Path) -> N
     shutil.rmtree(kept, ignore_errors=True)
     kept.mkdir(parents=True)
     for name in {Path(name).name for name in names}:  # intake puts each at the sandbox's top
-        if (sandbox / name).is_file():
-            shutil.copyfile(sandbox / name, kept / name)
+        for path in sandbox.glob(name) if "*" in name else [sandbox / name]:
+            if path.is_file():
+                shutil.copyfile(path, kept / path.name)
 
 
 def _isolation_fields(sandbox: Path, limits: Limits) -> dict[str, Any]:

@@ -155,6 +155,7 @@ class GradeResult:
     lateness: Lateness = Lateness.NO_DEADLINE
     findings: list[Finding] = field(default_factory=list)  # every static + runtime finding
     cases: list[CaseOutcome] = field(default_factory=list)  # every case's verdict, as the student sees it
+    notes: list[str] = field(default_factory=list)  # the rubric's advice: reported, never scored
     trace: dict[str, Any] = field(default_factory=dict)  # trace summaries by case id
     isolation: dict[str, str] = field(default_factory=dict)  # layer -> "on" | "off: <why>"
     timings: dict[str, float] = field(default_factory=dict)  # stage -> seconds

@@ -81,6 +81,16 @@ class Deliverable:
 
 
 @dataclass(frozen=True)
+class Advice:
+    """A check of a deliverable that is reported and never scored (A4: the run's log confirms the
+    comparisons): every regex of ``expect`` must match some line of it."""
+
+    deliverable: str
+    title: str
+    expect: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Visibility:
     case_ids: str = "visible"  # "hidden": students see each case's verdict, never its id or message
 
@@ -269,6 +279,7 @@ class Rubric:
     limits: Limits
     visibility: Visibility
     late: LatePolicy | None
+    advice: tuple[Advice, ...] = ()
     #: the matrix case ids the rubric was checked against; scoring counts a missing one as not run
     case_ids: tuple[str, ...] = field(default=(), repr=False)
     #: "sha256:<hex>" of what decides the matrix's verdicts and what a grading keeps for rescoring: the
@@ -531,6 +542,7 @@ class _Builder:
             limits=Limits(**data.get("limits", {})),
             visibility=Visibility(**data.get("visibility", {})),
             late=self.late(late) if late is not None else None,
+            advice=tuple(self.advice(a, ("advice", i)) for i, a in enumerate(data.get("advice", []))),
             case_ids=self.case_ids,
             matrix_digest=matrix_digest,
         )
@@ -726,6 +738,16 @@ class _Builder:
         if "relative_to" in raw and not numeric:
             self.error((*where, "relative_to"), "trace check: relative_to only applies to max/min")
         return Condition(raw["metric"], **{k: raw[k] for k in comparisons if k in raw})
+
+    def advice(self, raw: dict[str, Any], path: _KeyPath) -> Advice:
+        if raw["deliverable"] not in self.deliverables:
+            self.error((*path, "deliverable"), f"advice: deliverable {raw['deliverable']!r} is not declared")
+        for i, regex in enumerate(raw["expect"]):
+            try:
+                re.compile(regex)
+            except re.error as exc:
+                self.error((*path, "expect", i), f"bad regex: {exc}")
+        return Advice(raw["deliverable"], raw["title"], tuple(raw["expect"]))
 
     def deliverable_exists(self, name: str, path: _KeyPath, item_id: str) -> None:
         if name not in self.deliverables:

@@ -20,7 +20,7 @@ from xml.etree.ElementTree import ParseError
 from junitparser import JUnitXml, Properties, TestCase
 
 import grader
-from grader.deliverables import check_diagram, check_written
+from grader.deliverables import check_advice, check_diagram, check_written
 from grader.errors import GraderError, UserError
 from grader.manual import ManualScores
 from grader.results import (
@@ -184,6 +184,10 @@ def score(
         lateness=lateness(rubric.late, late),
         findings=list(findings),
         cases=[scorer.outcome(c) for c in scorer.cases.values()],
+        notes=[
+            check_advice(submission_root, rubric.deliverables[a.deliverable].any_of, a.title, a.expect)
+            for a in rubric.advice
+        ],
         trace={scorer.display(c.id): c.trace for c in scorer.cases.values() if c.trace is not None},
         isolation=dict(isolation or {}),
         timings=dict(timings or {}),

@@ -28,7 +28,7 @@ from grader.results import TimeSource
 
 REPO = Path(__file__).resolve().parents[1]
 STUDENT = ["src/collectives.py", "src/transformer.py"]
-DELIVERABLES = ["written_answers_task1.md", "all_to_all_schematic.png"]
+DELIVERABLES = [("written_answers_task1.md",), ("all_to_all_schematic.png",)]
 #: The command the intake used to run on every checkout, with the config overrides it relied on.
 OLD_INTAKE_GIT_LOG = [
     "git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "safe.directory=*",

@@ -21,7 +21,7 @@ from grader.results import TimeSource
 from grader.submission_time import SubmittedAt
 
 STUDENT = ["src/collectives.py", "src/transformer.py"]
-DELIVERABLES = ["written_answers_task1.md", "written_answers_task1.pdf", "all_to_all_schematic.png"]
+DELIVERABLES = [("written_answers_task1.md", "written_answers_task1.pdf"), ("all_to_all_schematic.png",)]
 COLLECTIVES = b"def my_broadcast(t, src=0):\n    return t\n"
 TRANSFORMER = b"from src.collectives import my_all_to_all\n"
 HOSTILE_EXTRAS = {
@@ -369,6 +369,28 @@ def test_a_deliverable_found_in_several_places_is_not_guessed(tmp_path: Path) ->
     intake = grab(sub, tmp_path / "sandbox")
     places = "a/written_answers_task1.md, b/written_answers_task1.md"
     assert f"written_answers_task1.md is in several places ({places}): none was taken" in intake.problems
+
+
+def test_a_pattern_deliverable_is_the_first_match_at_the_root_and_keeps_its_own_name(tmp_path: Path) -> None:
+    """A4 hands in "the .log of a run": whatever the job scheduler called it."""
+    sub = write_tree(tmp_path / "sub", {"a.py": b"", "job-17.log": b"one", "job-18.log": b"two", "x.err": b"e"})
+    taken = materialize(sub, ["a.py"], [("*.log",), ("*.err",)], tmp_path / "sandbox", 1 << 20, 4 << 20)
+    assert listing(taken.sandbox) == {"a.py", "job-17.log", "x.err"}
+    assert taken.present == frozenset({"a.py", "*.log", "*.err"}) and taken.problems == []
+
+
+def test_a_pattern_deliverable_below_the_root_must_be_one_and_a_missing_one_is_named(tmp_path: Path) -> None:
+    sub = write_tree(tmp_path / "sub", {"a.py": b"", "runs/1/out.log": b"1", "runs/2/out.log": b"2"})
+    taken = materialize(sub, ["a.py"], [("*.log",), ("*.err",)], tmp_path / "sandbox", 1 << 20, 4 << 20)
+    assert listing(taken.sandbox) == {"a.py"}
+    assert taken.problems == [
+        "*.log is in several places (runs/1/out.log, runs/2/out.log): none was taken",
+        "*.log is missing",
+        "*.err is missing",
+    ]
+    (sub / "runs" / "2" / "out.log").unlink()
+    taken = materialize(sub, ["a.py"], [("*.log",)], tmp_path / "again", 1 << 20, 4 << 20)
+    assert listing(taken.sandbox) == {"a.py", "out.log"}
 
 
 def test_hard_links_are_refused(tmp_path: Path) -> None:

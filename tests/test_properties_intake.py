@@ -90,7 +90,12 @@ def grade_without_matrix(source: Path | str, work: Path) -> None:
     """The invariant: a valid results.json and every output, or a UserError with a message."""
     try:
         taken = materialize(
-            source, list(RUBRIC.student_files), list(RUBRIC.deliverable_files), work / "sandbox", MAX_FILE, MAX_TOTAL
+            source,
+            list(RUBRIC.student_files),
+            [d.any_of for d in RUBRIC.deliverables.values()],
+            work / "sandbox",
+            MAX_FILE,
+            MAX_TOTAL,
         )
     except UserError as exc:
         assert str(exc).strip()

@@ -187,7 +187,7 @@ class MatrixSession:
             params = {**params, "trusted": trusted}
         header = {
             "kind": case.kind,
-            "module": self.pack.module_of[case.kind],
+            "module": self.pack.module_of[case.kind] if self.pack.imports else "",
             "params": params,
             "keep_events": bool(case.params.get("keep_events")),
             "broken": {module: message for module, (_, message) in self.import_failures.items()},

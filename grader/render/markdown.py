@@ -48,6 +48,8 @@ def render_markdown(result: GradeResult, *, details: bool = True) -> str:
         blocks.append(f"**Late:** {escape(late)}")
     if result.submission.problems:
         blocks += ["## Submission problems", _bullets(escape(p) for p in result.submission.problems)]
+    if result.notes:
+        blocks += ["## Notes (not scored)", _bullets(escape(n) for n in result.notes)]
     if details:
         blocks += ["## Results", _table(result)]
         for task, item in task_items(result):

@@ -90,6 +90,7 @@ def _notes(result: GradeResult) -> list[str]:
     if late:
         notes.append(f"Late: {late}")
     notes += [f"Submission problem: {one_line(problem, 100)}" for problem in result.submission.problems]
+    notes += [f"Note (not scored): {one_line(note, 100)}" for note in result.notes]
     if result.findings:
         notes.append(f"Policy findings ({len(result.findings)}):")
         shown = result.findings[:FINDINGS_SHOWN]

@@ -11,14 +11,14 @@ own launcher and guard behind the same matrix session.
 
 from __future__ import annotations
 
-from grader.errors import UserError
-
 #: The runtimes this grader has.
 AVAILABLE = frozenset({"torchdist"})
 
 
 def require(runtime: str, pack: str) -> None:
     """A pack that needs a runtime this grader does not have is the user's error, said at once."""
+    from grader.errors import UserError  # here: every rank imports this package, and holds only its runtime
+
     if runtime not in AVAILABLE:
         have = ", ".join(sorted(AVAILABLE))
         raise UserError(f"the assignment pack {pack!r} runs on the {runtime!r} runtime; this grader has: {have}")

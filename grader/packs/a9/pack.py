@@ -7,17 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.pack import AssignmentPack, Case, Diagram, Prepared
+from grader.pack import AssignmentPack, Case, Diagram, Prepared, bundled_rubric
 from grader.packs.a9 import catalog
 
 HERE = Path(__file__).resolve().parent
 COLLECTIVES = ("my_broadcast", "my_allreduce", "my_allgather", "my_reduce_scatter", "my_all_to_all")
-
-
-def _rubric() -> Path:
-    """rubrics/a9.yaml of a source checkout, else the copy packaged inside an installed wheel."""
-    in_tree = HERE.parents[2] / "rubrics" / "a9.yaml"
-    return in_tree if in_tree.exists() else HERE.parents[1] / "rubrics" / "a9.yaml"
 
 
 def _prepare(case: Case, salt: str) -> Prepared:
@@ -29,7 +23,7 @@ def _prepare(case: Case, salt: str) -> Prepared:
 PACK = AssignmentPack(
     id="a9",
     title="Assignment 9 — Collectives & Parallelism",
-    rubric=_rubric(),
+    rubric=bundled_rubric("a9"),
     test_file=HERE / "test_a9.py",
     bodies="grader.packs.a9.bodies",
     cases=catalog.all_cases,

@@ -95,6 +95,22 @@ def setup_from(request: Any, rank: int, bodies: Any) -> RankSetup:
 def preload() -> None:
     """Zygote side, once: work every rank would otherwise repeat."""
     syscalls.preload()
+    _no_lazy_device_seeding()
+
+
+def _no_lazy_device_seeding() -> None:
+    """``torch.manual_seed`` also seeds every accelerator backend; one that is not available queues the
+    seeding with ``traceback.format_stack()``, which walks up into the rank runtime's frames, and the
+    audit hook refuses that: honest student code calling ``torch.manual_seed`` would crash.  Ranks run
+    on the CPU, so an absent backend's seeding is made the no-op it is meant to be."""
+    for name in ("cuda", "xpu", "mtia"):
+        backend = getattr(torch, name, None)
+        if backend is not None and hasattr(backend, "manual_seed_all") and not backend.is_available():
+            backend.manual_seed_all = backend.manual_seed = _ignore_seed
+
+
+def _ignore_seed(seed: int) -> None:
+    """An absent accelerator's seeding (see :func:`_no_lazy_device_seeding`)."""
 
 
 class StudentImportError(Exception):
