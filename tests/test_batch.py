@@ -953,7 +953,7 @@ def test_real_grader_batch_equals_grading_each_alone_and_a_rescore_runs_no_code(
     from grader.results import GradeResult
 
     trees = {"a9": REPO / "reference" / "a9", "a9-naive": REPO / "reference" / "a9-naive",
-             "template": REPO / "student_template"}
+             "template": REPO / "student_template" / "a9"}
     if not trees["a9"].is_dir():
         pytest.skip("reference/a9 is not in this checkout")
     # Snapshots: the batch and the lone grades must see the same files even if the tree is edited.

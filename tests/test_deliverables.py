@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.deliverables import answer_sections, check_diagram, check_written
+from grader.deliverables import answer_sections, check_advice, check_diagram, check_written
+from grader.errors import UserError
 from grader.rubric import WrittenScoring, load_rubric
 
 FIXTURES = Path(__file__).parent / "fixtures" / "scoring"
@@ -69,7 +70,7 @@ def test_first_candidate_present_is_the_one_checked(tmp_path):
 # --------------------------------------------------------------------------- written answers
 
 REFERENCE = Path(__file__).parent.parent / "reference" / "a9" / "written_answers_task1.md"
-TEMPLATE = Path(__file__).parent.parent / "student_template" / "written_answers_task1.md"
+TEMPLATE = Path(__file__).parent.parent / "student_template" / "a9" / "written_answers_task1.md"
 WHY = "Broadcast writes into x in place, so y is x and both print the source's value."
 
 
@@ -187,3 +188,47 @@ def test_missing_answers(tmp_path, key):
 def test_a_section_runs_from_the_line_after_its_heading_to_the_next_heading():
     sections = answer_sections("intro\n## Q1. Broadcast values\none *two*\n### q2: title\n`three`\nQ1 again\n")
     assert sections == {"Q1": "\none *two*\n", "Q2": "\n`three`\n"}
+
+
+# --------------------------------------------------------------------------- advice (reported, never scored)
+
+A4 = Path(__file__).parent.parent / "rubrics" / "a4.yaml"
+A4_LOG = (Path(__file__).parent.parent / "reference" / "a4" / "assignment4.log").read_text()
+
+
+@pytest.fixture(scope="module")
+def log_advice():
+    rubric = load_rubric(A4)
+    (advice,) = rubric.advice
+    return rubric.deliverables[advice.deliverable].any_of, advice
+
+
+def test_a_log_showing_every_comparison_is_confirmed(tmp_path, log_advice):
+    candidates, advice = log_advice
+    (tmp_path / "job-4711.log").write_text(A4_LOG)
+    assert check_advice(tmp_path, candidates, advice.title, advice.expect) == f"{advice.title}: yes (job-4711.log)"
+
+
+def test_a_log_lacking_a_comparison_names_what_no_line_shows(tmp_path, log_advice):
+    candidates, advice = log_advice
+    (tmp_path / "run.log").write_text(A4_LOG.replace("[DataParallel]", "[DP]"))
+    said = check_advice(tmp_path, candidates, advice.title, advice.expect)
+    assert said.startswith(f"{advice.title}: not shown in run.log (no line matches ")
+    assert "DataParallel" in said and "FullColumnParallel" not in said
+
+
+def test_a_missing_log_is_said_not_checked(tmp_path, log_advice):
+    candidates, advice = log_advice
+    assert check_advice(tmp_path, candidates, advice.title, advice.expect) == (
+        f"{advice.title}: not checked, *.log not handed in"
+    )
+
+
+def test_advice_must_name_a_declared_deliverable_and_valid_regexes(tmp_path):
+    text = A4.read_text().replace("  - deliverable: log\n", "  - deliverable: stdout\n")
+    text = text.replace('"^(\\\\[\\\\])?', '"^(\\\\[\\\\]?')
+    (tmp_path / "r.yaml").write_text(text)
+    with pytest.raises(UserError) as exc:
+        load_rubric(tmp_path / "r.yaml")
+    assert "advice: deliverable 'stdout' is not declared" in str(exc.value)
+    assert "bad regex" in str(exc.value)

@@ -1,11 +1,12 @@
 """Grades that agree with the handout: realistic submissions, each graded end to end (issue 13).
 
-Each entry in ``tests/corpus/fidelity/<name>/expected.json`` is one of the two references with a
+Each entry in ``tests/corpus/fidelity/<name>/expected.json`` is a reference (``base``) with a
 small edit (``patch``: ``[old, new]`` pairs per file; ``answers_patch`` for the written answers, or
-``answers_file`` to replace them), the exact item scores the default rubric must give it, and
-``why``: what the handout says about that submission.  Solutions written the way the handout
-suggests earn full marks; side components, cheats, hard-coded world sizes, Task 1 bugs seen again
-in Task 2 and hedged written answers each earn what the handout says, and no more.
+``answers_file`` to replace them), the exact item scores its pack's default rubric must give it
+(``pack``, ``a9`` unless named; the ``a4_*`` entries are Assignment 4's), and ``why``: what the
+handout says about that submission.  Solutions written the way the handout suggests earn full
+marks; side components, cheats, hard-coded world sizes, Task 1 bugs seen again in Task 2, hedged
+written answers and Assignment 4's classic mistakes each earn what the handout says, and no more.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from grader.pack import load_pack
 from grader.pipeline import grade
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,7 +49,8 @@ def build(entry: Path, spec: dict[str, Any], dest: Path) -> Path:
 def test_fidelity_entry(name: str, tmp_path: Path) -> None:
     entry = CORPUS / name
     spec = json.loads((entry / "expected.json").read_text())
-    result = grade(build(entry, spec, tmp_path / "submission"))
+    rubric = load_pack(spec.get("pack", "a9")).rubric
+    result = grade(build(entry, spec, tmp_path / "submission"), rubric)
     items = {item.id: item.score for item in result.items()}
     differ = {k: (want, items.get(k)) for k, want in spec["items"].items() if abs(items.get(k, -1) - want) > 0.005}
     assert differ == {}, f"{name}: (expected, got) {differ}\n{spec['why']}"

@@ -30,8 +30,11 @@ def test_reference_earns_full_marks_and_the_bonus(tmp_path: Path) -> None:
     result, out = grade(tmp_path, ROOT / "reference/a9")
     assert (result.score, result.max_score, result.bonus_score) == (105, 100, 5)
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["results.json", "junit.xml", "gradescope.json", "classroom.json", "summary.md"]
+        ["results.json", "junit.xml", "gradescope.json", "classroom.json", "summary.md", "deliverables"]
     )
+    # what a rescore reads again: the handed-in deliverables, byte for byte
+    kept = sorted(p.name for p in (out / "deliverables").iterdir())
+    assert kept == sorted(p.name for p in (ROOT / "reference" / "a9").iterdir() if p.suffix in (".md", ".pdf", ".png"))
 
 
 @pytest.mark.slow
@@ -42,7 +45,7 @@ def test_star_shaped_reference_earns_full_marks_without_the_bonus(tmp_path: Path
 
 @pytest.mark.slow
 def test_untouched_template_scores_zero_and_every_item_says_why(tmp_path: Path) -> None:
-    result, _ = grade(tmp_path, ROOT / "student_template")
+    result, _ = grade(tmp_path, ROOT / "student_template" / "a9")
     assert result.score == 0
     for item in result.items():
         assert item.score == 0 and item.feedback, item.id
@@ -106,7 +109,7 @@ def test_a_grading_the_grader_could_not_finish_renders_everywhere_with_its_reaso
 def test_a_time_that_is_no_time_is_the_users_error(
     tmp_path: Path, option: str, value: str, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["grade", str(ROOT / "student_template"), "--out", str(tmp_path), option, value]) == 1
+    assert main(["grade", str(ROOT / "student_template" / "a9"), "--out", str(tmp_path), option, value]) == 1
     assert message in capsys.readouterr().err
     assert not (tmp_path / "results.json").exists()
 
@@ -164,9 +167,11 @@ def test_the_docker_backend_hands_every_time_option_to_the_grader_in_the_contain
 
     monkeypatch.setattr(docker, "grade_in_container", container)
     options = ["--pushed-at", "1770282000", "--deadline", "2026-01-15T00:00:00Z", "--trust-commit-time"]
-    code = main(["grade", str(ROOT / "student_template"), "--backend", "docker", "--out", str(tmp_path), *options])
+    code = main(
+        ["grade", str(ROOT / "student_template" / "a9"), "--backend", "docker", "--out", str(tmp_path), *options]
+    )
     assert code == 2  # the container did not start: the grader's error, with a result saying so
     assert seen == [options]
     roster = ["--submitted-at", "2026-01-14T00:00:00Z", "--submitted-at-source", "roster"]
-    main(["grade", str(ROOT / "student_template"), "--backend", "docker", "--out", str(tmp_path), *roster])
+    main(["grade", str(ROOT / "student_template" / "a9"), "--backend", "docker", "--out", str(tmp_path), *roster])
     assert seen[-1] == roster

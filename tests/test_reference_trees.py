@@ -1,6 +1,6 @@
 """The repo students receive and the two reference solutions, checked as students would run them.
 
-``student_template/`` must collect cleanly and fail every public test with NotImplementedError;
+``student_template/a9`` must collect cleanly and fail every public test with NotImplementedError;
 ``reference/a9`` (bandwidth-aware) and ``reference/a9-naive`` (the handout's star algorithms) must
 pass them, get every dtype, size and layout right, match ``forward`` in both parallel modes, call
 no built-in collective in Task 1, and differ in how much the busiest rank sends.
@@ -33,7 +33,7 @@ from grader.deliverables import answer_sections, read_form
 from grader.runtimes.torchdist.policy import COLLECTIVES, PROCESS_GROUP_METHODS
 
 ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE = ROOT / "student_template"
+TEMPLATE = ROOT / "student_template" / "a9"
 REFERENCES = {name: ROOT / "reference" / name for name in ("a9", "a9-naive")}
 PUBLIC_TEST_FILES = {
     f"tests/test_{name}.py"

@@ -26,7 +26,7 @@ from grader.backends.docker import CAPABILITIES
 
 ROOT = Path(__file__).resolve().parents[1]
 CI = ROOT / ".github" / "workflows" / "ci.yml"
-TEMPLATE = ROOT / "student_template"
+TEMPLATE = ROOT / "student_template" / "a9"
 CLASSROOM = TEMPLATE / ".github" / "workflows" / "classroom.yml"
 ACTION = ROOT / "action.yml"
 REPORTER = "classroom-resources/autograding-grading-reporter@v1"

@@ -1,0 +1,212 @@
+"""Rank side of Assignment 4: the only module of this pack a rank imports.
+
+The student's ``assignment4.py`` is never imported: its module level initialises NCCL on GPUs and
+runs all four parts.  Each case reads the source, executes only its imports (but ``utils``) and its
+top-level ``def`` and ``class`` statements, with the grader's own versions of what the handout gives
+and of the globals the script defines: ``init_distributed``, ``create_batch``, ``check``,
+``compare_tensors``, ``rank``, ``world_size``, ``global_batch_size``, ``local_batch_size``,
+``input_dim``, ``output_dim``.  The handout's functions are then called on CPU.
+
+In the data-parallel cases ``create_batch`` hands every rank the full batch with every row outside
+the rank's own slice set to NaN: a rank that computes on rows that are not its own (the whole batch,
+or the wrong slice) ends with NaN in its weight.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.optim as optim
+from torch.distributed import ReduceOp
+
+SCRIPT = "assignment4.py"
+GLOBAL_BATCH, INPUT_DIM, OUTPUT_DIM = 128, 64, 32
+Tensors = dict[str, torch.Tensor]
+
+
+def check(tensor: Any, expected_shape: Any) -> None:
+    """The handout's ``check``: the shape guard every part calls (a wildcard is a size <= 0)."""
+    if tensor is None:
+        return
+    assert isinstance(tensor, torch.Tensor), "SHAPE GUARD: Provided tensor is not a torch.Tensor!"
+    actual_shape = list(tensor.detach().shape)
+    assert isinstance(expected_shape, list | tuple), "SHAPE GUARD: expected_shape must be a list or tuple!"
+    assert len(expected_shape) == len(actual_shape), (
+        f"SHAPE GUARD: Expected shape length {len(expected_shape)} but got {len(actual_shape)} "
+        f"with shape {actual_shape}."
+    )
+    for idx, (actual_dim, expected_dim) in enumerate(zip(actual_shape, expected_shape, strict=True)):
+        if expected_dim > 0:
+            assert actual_dim == expected_dim, (
+                f"SHAPE GUARD: At dimension {idx}: expected {expected_dim}, but got {actual_dim} "
+                f"(actual shape: {actual_shape})."
+            )
+
+
+def compare_tensors(tensor1: torch.Tensor, tensor2: torch.Tensor, tol: float = 1e-5, prefix: str = "") -> None:
+    """The handout's comparison print; the grader compares on its own, in the session."""
+    is_close = torch.allclose(tensor1, tensor2, rtol=tol, atol=tol)
+    print(f"[{prefix}][Rank {dist.get_rank()}] Tensors match: {is_close}", flush=True)
+
+
+def _create_batch(poison: bool) -> Any:
+    def create_batch(
+        batch_size: int, input_dim: int, output_dim: int, seed: int = 42, device: str = "cuda"
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The handout's ``create_batch`` on CPU; poisoned (see the module) in the data-parallel cases."""
+        torch.manual_seed(seed)
+        inputs = torch.randn(batch_size, input_dim)
+        targets = torch.randn(batch_size, output_dim)
+        if poison and dist.get_world_size() > 1:
+            local = batch_size // dist.get_world_size()
+            mine = slice(dist.get_rank() * local, (dist.get_rank() + 1) * local)
+            for t in (inputs, targets):
+                keep = t[mine].clone()
+                t.fill_(float("nan"))
+                t[mine] = keep
+        return inputs, targets
+
+    return create_batch
+
+
+def _init_distributed() -> tuple[int, int, int]:
+    """The handout's ``init_distributed``: the group is already up (Gloo, CPU); nothing to start."""
+    return dist.get_rank(), dist.get_rank(), dist.get_world_size()
+
+
+def definitions(student: Any, poison: bool = False) -> dict[str, Any]:
+    """The script's definitions, executed in a namespace of the grader's helpers and globals."""
+    path = Path(student.sandbox) / SCRIPT
+    tree = ast.parse(path.read_bytes(), str(path))
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    given = {
+        "torch": torch,
+        "nn": nn,
+        "optim": optim,
+        "dist": dist,
+        "ReduceOp": ReduceOp,
+        "init_distributed": _init_distributed,
+        "create_batch": _create_batch(poison),
+        "check": check,
+        "compare_tensors": compare_tensors,
+        "rank": rank,
+        "local_rank": rank,
+        "world_size": world_size,
+        "global_batch_size": GLOBAL_BATCH,
+        "local_batch_size": GLOBAL_BATCH // world_size,
+        "input_dim": INPUT_DIM,
+        "output_dim": OUTPUT_DIM,
+        "seed": 42,
+    }
+    namespace: dict[str, Any] = {"__name__": "assignment4", "__file__": str(path), **given}
+    for node in tree.body:
+        kept = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) or (
+            isinstance(node, ast.Import | ast.ImportFrom)
+            and not (isinstance(node, ast.ImportFrom) and node.module == "utils")
+        )
+        if kept:
+            exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)
+    namespace.update(given)  # the grader's helpers and globals win over anything the script defines
+    return namespace
+
+
+def named(namespace: dict[str, Any], name: str) -> Any:
+    """The definition the handout names, or a NotImplementedError that says what is there instead."""
+    if name in namespace:
+        return namespace[name]
+    defined = [k for k, v in namespace.items() if callable(v) and getattr(v, "__module__", "") == "assignment4"]
+    close = difflib.get_close_matches(name, defined, n=1)
+    hint = f"; did you rename it to {close[0]}?" if close else ""
+    raise NotImplementedError(f"{SCRIPT} defines no {name}, the name the handout gives it{hint}")
+
+
+def _updated(out: Any, what: str) -> Tensors:
+    if isinstance(out, tuple) and out:  # single_step returns (initial_weight, updated_weight)
+        out = out[-1]
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{what} returned {type(out).__name__}, expected the updated weight (a torch.Tensor)")
+    return {"out": out.detach().float()}
+
+
+def _seed(t: Tensors) -> int:
+    return int(t["seed"].item())
+
+
+def _step(function: str, poison: bool = False) -> Any:
+    def body(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
+        fn = named(definitions(student, poison), function)
+        kwargs: dict[str, Any] = {"seed": _seed(t), "device": "cpu"}
+        if "steps" in params:
+            kwargs["accumulation_steps"] = params["steps"]
+        with torch.enable_grad():  # the runtime calls bodies under no_grad
+            return _updated(fn(**kwargs), function)
+
+    return body
+
+
+def _autograd(function: str) -> Any:
+    """Forward and backward of the handout's autograd function on this rank's tensor and gradient."""
+
+    def body(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
+        fn = named(definitions(student), function)
+        x = t["x"].clone().requires_grad_(True)
+        with torch.enable_grad():
+            y = fn.apply(x)
+            y.backward(t["g"])
+        if x.grad is None:
+            raise TypeError(f"{function}.backward gave no gradient for its input")
+        return {"out": y.detach(), "grad": x.grad}
+
+    return body
+
+
+def _column_layer(student: Any, t: Tensors) -> Any:
+    layer = named(definitions(student), "FullColumnParallelLinear")
+    return layer(t["w"].clone(), dist.get_world_size(), dist.get_rank())
+
+
+def _column_shard(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
+    weight = getattr(_column_layer(student, t), "W", None)
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError("FullColumnParallelLinear keeps no tensor W, the attribute the handout names")
+    return {"out": weight.detach()}
+
+
+def _column_output(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
+    layer = _column_layer(student, t)
+    with torch.enable_grad():
+        out = layer(t["x"].clone())
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"FullColumnParallelLinear.forward returned {type(out).__name__}, expected a torch.Tensor")
+    return {"out": out.detach()}
+
+
+BODIES = {
+    "single_step": _step("single_step"),
+    "grad_accumulation": _step("single_step_with_grad_accumulation"),
+    "data_parallel": _step("data_parallel_single_step", poison=True),
+    "broadcast_parallel": _autograd("BroadcastParallel"),
+    "gather_parallel": _autograd("GatherParallel"),
+    "column_shard": _column_shard,
+    "column_output": _column_output,
+    "column_step": _step("full_column_parallel_single_step"),
+}
+
+
+def _warm_up() -> None:
+    """The first optimizer step imports most of the rest of torch (about 800 modules, 0.7 s of CPU).
+    Taken here, at import, it happens once in the zygote instead of in every rank of every group."""
+    weight = nn.Parameter(torch.zeros(2, 2))
+    optimizer = optim.SGD([weight], lr=0.5)
+    optimizer.zero_grad()
+    weight.sum().backward()
+    optimizer.step()
+
+
+_warm_up()

@@ -1,0 +1,142 @@
+"""Assignment 4 on the engine (issue 15): the handout's script is graded by its definitions alone.
+
+The hand-in ``assignment4.py`` is a script whose module level starts NCCL on GPUs and runs all four
+parts; the pack never runs it.  Each case executes only the script's imports and top-level
+definitions, with the grader's own helpers and globals winning over the script's, and calls the
+function the handout names, on CPU with Gloo.  The reference earns every point, the template none,
+and the run's log the handout asks for is reported and never scored.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grader.pipeline import grade
+from grader.rubric import load_rubric
+from grader.runner import run_matrix
+from grader.scoring import read_junit
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "reference" / "a4"
+RUBRIC = ROOT / "rubrics" / "a4.yaml"
+ISOLATION = {"memory_mb": 2048, "nproc": 64, "cpu_s": 60, "file_size_mb": 64}
+POLICY = load_rubric(RUBRIC).policy.to_dict()  # the handout's own code all-reduces and gathers
+pytestmark = pytest.mark.slow
+
+#: single_step as the handout writes it, after a module level no grading may run.
+SCRIPT = """
+import torch
+import torch.distributed as dist
+from utils import init_distributed, create_batch, check
+
+raise SystemExit("the module level ran")
+dist.init_process_group("nccl")
+global_batch_size = 7
+
+
+def create_batch(batch_size, input_dim, output_dim, seed=42, device="cuda"):
+    return torch.zeros(batch_size, input_dim), torch.zeros(batch_size, output_dim)
+
+
+class CustomLinearLayer(torch.nn.Module):
+    def __init__(self, weight):
+        super().__init__()
+        self.W = torch.nn.Parameter(weight)
+
+    def forward(self, x):
+        return x @ self.W
+
+
+def single_step(seed=42, device="cuda"):
+    torch.manual_seed(seed)
+    initial_weight = torch.randn(input_dim, output_dim)
+    model = CustomLinearLayer(initial_weight).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    inputs, targets = create_batch(global_batch_size, input_dim, output_dim, seed=seed, device=device)
+    loss = torch.nn.MSELoss(reduction="mean")(model(inputs), targets)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return initial_weight, model.W.detach()
+"""
+
+
+def run_cases(tmp_path: Path, script: str, only: list[str]) -> dict[str, tuple[str, str]]:
+    box = tmp_path / "sandbox"
+    box.mkdir(parents=True)
+    (box / "assignment4.py").write_text(script)
+    isolation = {"sandbox": str(box), **ISOLATION}
+    run = run_matrix(
+        box, ["assignment4.py"], tmp_path / "work", {}, POLICY, salt="s", pack="a4", isolation=isolation, only=only
+    )
+    return {name: (case.verdict.value, case.message) for name, case in read_junit(run.junit).items()}
+
+
+def test_only_the_definitions_run_with_the_graders_globals_and_torch_may_be_seeded(tmp_path: Path) -> None:
+    """The module level would exit, start NCCL and shrink the batch; the script's own ``create_batch``
+    would hand zeros.  None of it counts: single_step seeds torch (in a rank, where an absent CUDA's
+    lazy seeding must not trip the audit hook) and computes the handout's update."""
+    verdicts = run_cases(tmp_path, SCRIPT, ["test_single_step[ws1-s1]", "test_single_step[ws1-s2]"])
+    assert verdicts == {
+        "test_single_step[ws1-s1]": ("pass", ""),
+        "test_single_step[ws1-s2]": ("pass", ""),
+    }
+
+
+def test_a_renamed_function_is_missing_and_the_message_suggests_the_name(tmp_path: Path) -> None:
+    script = SCRIPT.replace("def single_step(", "def single_steps(")
+    ((verdict, message),) = run_cases(tmp_path, script, ["test_single_step[ws1-s1]"]).values()
+    assert verdict == "not_implemented"
+    assert (
+        "assignment4.py defines no single_step, the name the handout gives it; did you rename it to single_steps?"
+        in (message)
+    )
+
+
+def test_a_rank_that_trains_on_rows_outside_its_slice_is_wrong_though_its_update_is_right(tmp_path: Path) -> None:
+    """Data parallelism is each rank on its own slice: the grader's batch holds NaN everywhere else."""
+    source = (REFERENCE / "assignment4.py").read_text()
+    old = "start_idx = rank * local_batch_size"
+    assert source.count(old) == 1
+    cases = ["test_data_parallel[ws1-s1]", "test_data_parallel[ws2-s1]", "test_data_parallel[ws4-s2]"]
+    right = run_cases(tmp_path / "right", source, cases)
+    assert {name: verdict for name, (verdict, _) in right.items()} == dict.fromkeys(cases, "pass")
+    shifted = run_cases(
+        tmp_path / "shifted", source.replace(old, "start_idx = (rank + 1) % world_size * local_batch_size"), cases
+    )
+    assert {name: verdict for name, (verdict, _) in shifted.items()} == {
+        "test_data_parallel[ws1-s1]": "pass",  # one rank: its slice is the whole batch
+        "test_data_parallel[ws2-s1]": "wrong",
+        "test_data_parallel[ws4-s2]": "wrong",
+    }
+    assert "rows outside its own slice of the batch" in shifted["test_data_parallel[ws2-s1]"][1]
+
+
+def test_the_reference_earns_every_point_and_its_log_confirms_the_comparisons(tmp_path: Path) -> None:
+    result = grade(REFERENCE, RUBRIC)
+    assert (result.score, result.max_score) == (100, 100)
+    assert result.notes == ["the run's log shows the three comparisons matching: yes (assignment4.log)"]
+    assert result.submission.problems == []
+
+
+def test_the_log_is_reported_and_never_scored(tmp_path: Path) -> None:
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("assignment4.py", "utils.py"):
+        shutil.copy(REFERENCE / name, bare / name)
+    result = grade(bare, RUBRIC)
+    assert (result.score, result.max_score) == (100, 100)
+    assert result.notes == ["the run's log shows the three comparisons matching: not checked, *.log not handed in"]
+    assert result.submission.problems == ["*.log is missing", "*.err is missing"]
+
+
+def test_the_template_earns_nothing_and_every_item_says_where_it_stopped(tmp_path: Path) -> None:
+    result = grade(ROOT / "student_template" / "a4", RUBRIC)
+    assert result.score == 0
+    for item in result.items():
+        assert item.score == 0 and item.feedback, item.id
+    crashes = [item for item in result.items() if any(f.verdict.value == "crash" for f in item.failures)]
+    assert crashes and all("assignment4.py:" in item.feedback for item in crashes)
