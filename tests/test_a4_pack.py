@@ -9,12 +9,17 @@ and the run's log the handout asks for is reported and never scored.
 
 from __future__ import annotations
 
+import csv
+import json
 import shutil
 from pathlib import Path
 
+import jsonschema
 import pytest
 
+from grader.cli import main
 from grader.pipeline import grade
+from grader.results import schema_path
 from grader.rubric import load_rubric
 from grader.runner import run_matrix
 from grader.scoring import read_junit
@@ -140,3 +145,38 @@ def test_the_template_earns_nothing_and_every_item_says_where_it_stopped(tmp_pat
         assert item.score == 0 and item.feedback, item.id
     crashes = [item for item in result.items() if any(f.verdict.value == "crash" for f in item.failures)]
     assert crashes and all("assignment4.py:" in item.feedback for item in crashes)
+
+
+def hand_in(folder: Path, dest: Path) -> Path:
+    """A zip as students make it: the folder itself inside, with the run's .log and .err."""
+    return Path(shutil.make_archive(str(dest), "zip", folder.parent, folder.name))
+
+
+def test_a_zip_hand_in_is_graded_by_the_cli_into_every_format(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["grade", str(hand_in(REFERENCE, tmp_path / "handin")), "--pack", "a4", "--out", str(out)]) == 0
+    result = json.loads((out / "results.json").read_text())
+    jsonschema.validate(result, json.loads(schema_path().read_text()))
+    assert (result["assignment"], result["score"], result["submission"]["problems"]) == ("a4", 100, [])
+    assert json.loads((out / "gradescope.json").read_text())["score"] == 100
+    classroom = json.loads((out / "classroom.json").read_text())
+    assert classroom["max_score"] == 100 and {t["status"] for t in classroom["tests"]} == {"pass"}
+    assert "## Notes (not scored)" in (out / "summary.md").read_text()
+    assert sorted(p.name for p in (out / "deliverables").iterdir()) == ["assignment4.err", "assignment4.log"]
+    assert read_junit(out / "junit.xml")  # the matrix run, kept for a rescore
+
+
+def test_a_class_of_a4_hand_ins_is_batch_graded_and_rescored(tmp_path: Path) -> None:
+    roster = tmp_path / "roster"
+    roster.mkdir()
+    hand_in(REFERENCE, roster / "alice")
+    shutil.copytree(ROOT / "student_template" / "a4", roster / "bob")
+    out = tmp_path / "class"
+    assert main(["batch", str(roster), "--pack", "a4", "--out", str(out), "--jobs", "2"]) == 0
+    rows = {row["student"]: row for row in csv.DictReader((out / "gradebook.csv").open())}
+    assert {name: (row["total"], row["status"]) for name, row in rows.items()} == {
+        "alice": ("100", "graded"),
+        "bob": ("0", "graded"),
+    }
+    assert (out / "index.html").is_file()
+    assert all((out / "students" / name / "report.html").is_file() for name in rows)
