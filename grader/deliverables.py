@@ -84,9 +84,7 @@ _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
 _SCALAR = re.compile(rf"^{_NUMBER}$")
 #: ``[0, 10, 1]``, ``(6,)``, ``tensor([20.])``, ``torch.Size([6])``: numbers only, nothing else
-_LIST = re.compile(
-    rf"^(?:(?:torch\.)?(?:tensor|Size)\()?[\[(]\s*({_NUMBER}(?:\s*,\s*{_NUMBER})*)?\s*,?\s*[\])]\)?$"
-)
+_LIST = re.compile(rf"^(?:(?:torch\.)?(?:tensor|Size)\()?[\[(]\s*({_NUMBER}(?:\s*,\s*{_NUMBER})*)?\s*,?\s*[\])]\)?$")
 MIN_EXPLANATION_WORDS = 5  # the template's label ("Why:") is one
 
 
@@ -202,7 +200,5 @@ def _mark(question: WrittenQuestion, fields: dict[str, str] | None, prose: str) 
     return QuestionMark(question.id, points, question.points, "; ".join(notes), provisional)
 
 
-def _unmarked(
-    file: str | None, pending: bool, message: str, key: Sequence[WrittenQuestion], why: str
-) -> WrittenCheck:
+def _unmarked(file: str | None, pending: bool, message: str, key: Sequence[WrittenQuestion], why: str) -> WrittenCheck:
     return WrittenCheck(file, pending, message, tuple(QuestionMark(q.id, 0.0, q.points, why) for q in key))

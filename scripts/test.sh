@@ -7,6 +7,7 @@ EXTRAS=dev bash scripts/install.sh
 bash scripts/install-chromium.sh
 bash scripts/install-actionlint.sh
 ruff check .
+ruff format --check .
 mypy
 lint-imports  # the engine never imports an assignment pack (pyproject.toml, [tool.importlinter])
 # shellcheck disable=SC2086

@@ -177,16 +177,24 @@ def fake_main(argv: list[str]) -> int:
         findings = []
         if "# fake: forbidden" in text:
             findings.append(
-                Finding("forbidden-collective", "dist.all_reduce is not allowed in my_allreduce",
-                        "src/collectives.py", 12, 4, "my_allreduce", FORBIDDEN_SOURCE)
+                Finding(
+                    "forbidden-collective",
+                    "dist.all_reduce is not allowed in my_allreduce",
+                    "src/collectives.py",
+                    12,
+                    4,
+                    "my_allreduce",
+                    FORBIDDEN_SOURCE,
+                )
             )
         info = taken.info
         if args.trust_commit_time:
             info.problems.append("fake: --trust-commit-time")
         junit = args.out / "junit.xml"
         write_junit(junit, fake_cases(text, pack, sorted(taken.present)), pack.test_file.stem)
-        result = scoring.score(rubric, junit, info, findings, taken.sandbox, isolation=ISOLATION,
-                               timings={"intake": 0.01, "matrix": 0.0})
+        result = scoring.score(
+            rubric, junit, info, findings, taken.sandbox, isolation=ISOLATION, timings={"intake": 0.01, "matrix": 0.0}
+        )
         write_outputs(result, args.out, None)  # the junit is already in place
         keep_deliverables(taken.sandbox, rubric.deliverable_files, args.out)
     return 0
@@ -302,8 +310,10 @@ def test_the_fake_grader_writes_a_real_grading(tmp_path, log):
     assert {c.verdict.value for c in junit.values()} >= {"pass", "wrong", "hang"}
     assert junit["test_trace_all_to_all[ws4]"].trace["events"] == _events()
     assert {c.id: c.verdict for c in result.cases} == {c.id: c.verdict for c in junit.values()}
-    assert sorted(p.name for p in (out / "deliverables").iterdir()) == ["all_to_all_schematic.pdf",
-                                                                        "written_answers_task1.md"]
+    assert sorted(p.name for p in (out / "deliverables").iterdir()) == [
+        "all_to_all_schematic.pdf",
+        "written_answers_task1.md",
+    ]
     for name in ("summary.md", "gradescope.json", "classroom.json"):
         assert (out / name).is_file()
 
@@ -330,8 +340,13 @@ def test_every_student_is_a_row_whatever_happened_to_their_grade(tmp_path, log):
 
     status = {r.student: r.status for r in rows}
     assert status == {
-        "alice": "graded", "bob": "graded", "carol": "timeout", "dave": "grader_error",
-        "erin": "grader_error", "frank": "no_submission", "gina": "graded",
+        "alice": "graded",
+        "bob": "graded",
+        "carol": "timeout",
+        "dave": "grader_error",
+        "erin": "grader_error",
+        "frank": "no_submission",
+        "gina": "graded",
     }
     book = gradebook(tmp_path / "out")
     assert list(book) == ["alice", "bob", "carol", "dave", "erin", "frank", "gina"]
@@ -368,7 +383,14 @@ def test_numbers_in_the_gradebook_are_the_results_and_the_results_are_a_rescore(
     run(roster, out)
     book = gradebook(out)
     assert list(next(iter(book.values()))) == [
-        "student", "task1", "task2", "bonus", "late_penalty", "total", "status", "flags",
+        "student",
+        "task1",
+        "task2",
+        "bonus",
+        "late_penalty",
+        "total",
+        "status",
+        "flags",
     ]
     rubric = load_rubric()
     for name, row in book.items():
@@ -425,16 +447,24 @@ def test_rerun_grades_only_what_changed_and_force_grades_all(tmp_path, log):
 DEADLINE = "2025-03-02T00:00:00+00:00"
 SCORING_CHANGES = {
     "item points": [
-        ("        points: 6\n        functions: [src/collectives.py::my_broadcast]",
-         "        points: 8\n        functions: [src/collectives.py::my_broadcast]"),
-        ("        points: 6\n        functions: [src/collectives.py::my_allreduce]",
-         "        points: 4\n        functions: [src/collectives.py::my_allreduce]"),
+        (
+            "        points: 6\n        functions: [src/collectives.py::my_broadcast]",
+            "        points: 8\n        functions: [src/collectives.py::my_broadcast]",
+        ),
+        (
+            "        points: 6\n        functions: [src/collectives.py::my_allreduce]",
+            "        points: 4\n        functions: [src/collectives.py::my_allreduce]",
+        ),
     ],
     "components": [
-        ('{name: values, match: "test_broadcast[*", share: 0.8}',
-         '{name: values, match: "test_broadcast[*", share: 0.5}'),
-        ('{name: in place, match: "test_broadcast_inplace[*", share: 0.2,',
-         '{name: in place, match: "test_broadcast_inplace[*", share: 0.5,'),
+        (
+            '{name: values, match: "test_broadcast[*", share: 0.8}',
+            '{name: values, match: "test_broadcast[*", share: 0.5}',
+        ),
+        (
+            '{name: in place, match: "test_broadcast_inplace[*", share: 0.2,',
+            '{name: in place, match: "test_broadcast_inplace[*", share: 0.5,',
+        ),
     ],
     "bonus cap": [("  cap: 5\n", "  cap: 1\n")],
     "late policy": [("penalty_percent_per_day: 10", "penalty_percent_per_day: 25")],
@@ -445,8 +475,12 @@ MATRIX_CHANGES = {
     "limits": [("case_timeout_s: 10\n", "case_timeout_s: 9\n")],
     "policy": [("src/transformer.py: [all_reduce, all_gather]", "src/transformer.py: [all_reduce]")],
     "student_files": [("  - src/transformer.py\n", "  - src/transformer.py\n  - src/helpers.py\n")],
-    "deliverables": [("any_of: [all_to_all_schematic.pdf, all_to_all_schematic.png]",
-                      "any_of: [all_to_all_schematic.png, all_to_all_schematic.pdf]")],
+    "deliverables": [
+        (
+            "any_of: [all_to_all_schematic.pdf, all_to_all_schematic.png]",
+            "any_of: [all_to_all_schematic.png, all_to_all_schematic.pdf]",
+        )
+    ],
 }
 
 
@@ -456,9 +490,11 @@ def _late_class(tmp_path: Path) -> tuple[Path, Path]:
     for name in ("alice", "bob", "carol", "dora"):
         submission(subs, name)
     roster = tmp_path / "roster.csv"
-    roster.write_text("student,path_or_git_url,submitted_at\n"
-                      "alice,subs/alice,2025-03-01T10:00:00+00:00\nbob,subs/bob,2025-03-01T11:00:00+00:00\n"
-                      "carol,subs/carol,2025-03-03T10:00:00+00:00\ndora,subs/dora,2025-03-01T12:00:00+00:00\n")
+    roster.write_text(
+        "student,path_or_git_url,submitted_at\n"
+        "alice,subs/alice,2025-03-01T10:00:00+00:00\nbob,subs/bob,2025-03-01T11:00:00+00:00\n"
+        "carol,subs/carol,2025-03-03T10:00:00+00:00\ndora,subs/dora,2025-03-01T12:00:00+00:00\n"
+    )
     return roster, rubric_variant(tmp_path, "base", ("deadline: null", f"deadline: '{DEADLINE}'"))
 
 
@@ -659,8 +695,9 @@ def test_manual_scores_change_totals_exactly_and_never_regrade(tmp_path, log):
     assert after["bob"] == before["bob"]
     assert "manual" in after["alice"]["flags"].split() and "review" not in after["alice"]["flags"].split()
     alice = results(out)["alice"]
-    assert alice == oracle(out, "alice", manual=ManualScores({"task1.diagram": 4, "task1.written": 15},
-                                                             {"task1.diagram": comment}))
+    assert alice == oracle(
+        out, "alice", manual=ManualScores({"task1.diagram": 4, "task1.written": 15}, {"task1.diagram": comment})
+    )
     assert alice.item("task1.diagram").status.value == "manual"
     assert f"instructor's comment: {comment}" in alice.item("task1.diagram").feedback
     assert comment in (out / "students" / "alice" / "report.html").read_text()
@@ -739,10 +776,12 @@ def test_csv_roster_resolves_paths_and_a_new_deadline_rescores_without_a_regrade
     submission(subs, "alice")
     submission(subs, "bob")
     roster = tmp_path / "roster.csv"
-    roster.write_text("student,path_or_git_url,submitted_at\n"
-                      "alice,subs/alice,2025-03-01T10:00:00+00:00\n"
-                      "bob,subs/bob,2025-03-03T10:00:00+00:00\n"
-                      "carl,,\n")
+    roster.write_text(
+        "student,path_or_git_url,submitted_at\n"
+        "alice,subs/alice,2025-03-01T10:00:00+00:00\n"
+        "bob,subs/bob,2025-03-03T10:00:00+00:00\n"
+        "carl,,\n"
+    )
     out = tmp_path / "out"
     rows = {r.student: r for r in run(roster, out, deadline=DEADLINE)}
     assert rows["carl"].status == "no_submission"
@@ -883,8 +922,15 @@ def test_rescore_applies_a_changed_scoring_part_and_refuses_a_changed_matrix_par
     result = rescore(graded, capped)
     assert result.bonus_score <= 0.5 and result.rubric_digest == capped.digest
     previous = GradeResult.load(graded / "results.json")
-    assert result == scoring.score(capped, graded / "junit.xml", previous.submission, previous.findings,
-                                   graded / "deliverables", isolation=previous.isolation, timings=previous.timings)
+    assert result == scoring.score(
+        capped,
+        graded / "junit.xml",
+        previous.submission,
+        previous.findings,
+        graded / "deliverables",
+        isolation=previous.isolation,
+        timings=previous.timings,
+    )
 
     for change, replacements in sorted(MATRIX_CHANGES.items()):
         other = load_rubric(rubric_variant(tmp_path, change, *replacements))
@@ -918,12 +964,17 @@ def test_cli_rescore_rewrites_a_grading_in_place(tmp_path, log, capsys):
 
     graded = grade_alone(tmp_path, "alice")
     junit = (graded / "junit.xml").read_bytes()
-    variant = rubric_variant(tmp_path, "variant", ("  cap: 5\n", "  cap: 1\n"),
-                             ("penalty_percent_per_day: 10", "penalty_percent_per_day: 20"))
+    variant = rubric_variant(
+        tmp_path,
+        "variant",
+        ("  cap: 5\n", "  cap: 1\n"),
+        ("penalty_percent_per_day: 10", "penalty_percent_per_day: 20"),
+    )
     manual = tmp_path / "manual.csv"
     manual.write_text("alice,task1.diagram,3,arrows unlabelled\n")
-    expected = rescore(graded, load_rubric(variant), ManualScores({"task1.diagram": 3}, {"task1.diagram":
-                                                                                           "arrows unlabelled"}))
+    expected = rescore(
+        graded, load_rubric(variant), ManualScores({"task1.diagram": 3}, {"task1.diagram": "arrows unlabelled"})
+    )
 
     assert cli.main(["rescore", str(graded), "--rubric", str(variant), "--manual", str(manual)]) == 0
     assert GradeResult.load(graded / "results.json") == expected
@@ -952,8 +1003,11 @@ def test_cli_rescore_rewrites_a_grading_in_place(tmp_path, log, capsys):
 def test_real_grader_batch_equals_grading_each_alone_and_a_rescore_runs_no_code(tmp_path):
     from grader.results import GradeResult
 
-    trees = {"a9": REPO / "reference" / "a9", "a9-naive": REPO / "reference" / "a9-naive",
-             "template": REPO / "student_template" / "a9"}
+    trees = {
+        "a9": REPO / "reference" / "a9",
+        "a9-naive": REPO / "reference" / "a9-naive",
+        "template": REPO / "student_template" / "a9",
+    }
     if not trees["a9"].is_dir():
         pytest.skip("reference/a9 is not in this checkout")
     # Snapshots: the batch and the lone grades must see the same files even if the tree is edited.
@@ -970,8 +1024,13 @@ def test_real_grader_batch_equals_grading_each_alone_and_a_rescore_runs_no_code(
     rows = {r.student: r for r in run_batch(roster, out, jobs=2, progress=StringIO())}
     for name, path in trees.items():
         alone = tmp_path / f"alone-{name}"
-        done = subprocess.run([sys.executable, "-m", "grader", "grade", str(path), "--out", str(alone)],
-                              cwd=REPO, capture_output=True, text=True, timeout=1800)
+        done = subprocess.run(
+            [sys.executable, "-m", "grader", "grade", str(path), "--out", str(alone)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         assert done.returncode == 0, done.stderr
         expected = GradeResult.load(alone / "results.json")
         assert rows[name].status == "graded", rows[name].message

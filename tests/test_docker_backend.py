@@ -70,8 +70,13 @@ def fake_image(client) -> str:
 def valid_results_json() -> str:
     submission = SubmissionInfo(source="/submission", files={}, digest="sha256:0")
     result = GradeResult(
-        assignment="a9", score=0, max_score=100, tasks=[], submission=submission,
-        grader_version="test", rubric_digest="test",
+        assignment="a9",
+        score=0,
+        max_score=100,
+        tasks=[],
+        submission=submission,
+        grader_version="test",
+        rubric_digest="test",
     )
     return result.to_json()
 
@@ -86,9 +91,7 @@ def make_submission(tmp_path: Path, script: str, results: str | None = None) -> 
 
 
 def grade(submission: Path, out_dir: Path, image: str, timeout_s: float = 300, **limits) -> ContainerOutcome:
-    return grade_in_container(
-        submission, out_dir, image, rubric=None, timeout_s=timeout_s, **{**LIMITS, **limits}
-    )
+    return grade_in_container(submission, out_dir, image, rubric=None, timeout_s=timeout_s, **{**LIMITS, **limits})
 
 
 PROBE = r'''
@@ -224,7 +227,8 @@ def test_timeout_kills_and_removes_the_container(tmp_path, fake_image, client):
     assert outcome.status == "timeout", outcome
     assert "3 s" in outcome.message
     assert not [
-        c for c in client.containers.list(all=True, filters={"label": LABEL})
+        c
+        for c in client.containers.list(all=True, filters={"label": LABEL})
         if any(m.get("Source") == str(submission) for m in c.attrs["Mounts"])
     ]
 

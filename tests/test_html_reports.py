@@ -299,17 +299,34 @@ def chromium() -> str:
         done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=900)
         found = shutil.which("chromium")
         if found is None:
-            pytest.skip(f"chromium is not installed and {script.name} could not install it: "
-                        f"{(done.stderr or done.stdout).strip()[-300:]}")
+            pytest.skip(
+                f"chromium is not installed and {script.name} could not install it: "
+                f"{(done.stderr or done.stdout).strip()[-300:]}"
+            )
     return found
 
 
 def _chromium(binary: str, tmp_path: Path, page: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--hide-scrollbars", f"--user-data-dir={tmp_path / 'chromium-profile'}", *args, page.as_uri()],
-        capture_output=True, text=True, timeout=180, env={**os.environ, "HOME": str(tmp_path)},
+        [
+            binary,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            f"--user-data-dir={tmp_path / 'chromium-profile'}",
+            *args,
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "HOME": str(tmp_path)},
     )
 
 

@@ -139,9 +139,7 @@ def test_template_collects_every_public_test_and_each_fails_as_not_implemented(
 
 
 @pytest.mark.parametrize("name", REFERENCES)
-def test_reference_passes_the_public_tests_for_world_sizes_1_to_8(
-    public_runs: dict[str, PublicRun], name: str
-) -> None:
+def test_reference_passes_the_public_tests_for_world_sizes_1_to_8(public_runs: dict[str, PublicRun], name: str) -> None:
     returncode, output, cases = public_runs[name].result
     assert returncode == 0, output
     assert {_file_of(case) for case in cases} == PUBLIC_TEST_FILES

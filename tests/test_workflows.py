@@ -31,9 +31,21 @@ CLASSROOM = TEMPLATE / ".github" / "workflows" / "classroom.yml"
 ACTION = ROOT / "action.yml"
 REPORTER = "classroom-resources/autograding-grading-reporter@v1"
 CLASSROOM_JSON = {
-    "version": 1, "status": "fail", "max_score": 100,
-    "tests": [{"name": "task1.broadcast", "status": "pass", "score": 6, "message": None,
-               "test_code": "", "filename": "", "line_no": 0, "duration": 1}],
+    "version": 1,
+    "status": "fail",
+    "max_score": 100,
+    "tests": [
+        {
+            "name": "task1.broadcast",
+            "status": "pass",
+            "score": 6,
+            "message": None,
+            "test_code": "",
+            "filename": "",
+            "line_no": 0,
+            "duration": 1,
+        }
+    ],
 }
 
 
@@ -59,7 +71,10 @@ def actionlint(*files: Path, cwd: Path) -> None:
     tool("shellcheck")  # actionlint silently skips `run:` scripts without it
     proc = subprocess.run(
         [tool("actionlint"), "-no-color", "-oneline", *map(str, files)],
-        cwd=cwd, capture_output=True, text=True, check=False,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 0, f"actionlint:\n{proc.stdout}{proc.stderr}"
 
@@ -152,7 +167,11 @@ def run_script(script: str, tmp_path: Path, env: dict[str, str], stubs: dict[str
     full_env = {"PATH": f"{bindir}:{os.environ['PATH']}", "HOME": str(tmp_path), **env}
     proc = subprocess.run(
         ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(path)],
-        env=full_env, capture_output=True, text=True, check=False, cwd=tmp_path,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return full_env
@@ -191,8 +210,13 @@ def test_classroom_steps_hand_the_reporter_the_grader_output(tmp_path, pushed_at
     steps = classroom_job()["steps"]
     grader = next(s for s in steps if s.get("id") == "grader")
     summary = next(s for s in steps if "GITHUB_STEP_SUMMARY" in s.get("run", ""))
-    env = {**github_files(tmp_path), "GITHUB_WORKSPACE": str(tmp_path), "PUSHED_AT": pushed_at,
-           "GRADER_IMAGE": classroom_job()["env"]["GRADER_IMAGE"], "CLASSROOM_JSON": json.dumps(CLASSROOM_JSON)}
+    env = {
+        **github_files(tmp_path),
+        "GITHUB_WORKSPACE": str(tmp_path),
+        "PUSHED_AT": pushed_at,
+        "GRADER_IMAGE": classroom_job()["env"]["GRADER_IMAGE"],
+        "CLASSROOM_JSON": json.dumps(CLASSROOM_JSON),
+    }
 
     run_script(grader["run"], tmp_path, env, {"docker": DOCKER_STUB})
     run_script(summary["run"], tmp_path, env, {})
@@ -243,8 +267,13 @@ def test_action_grades_and_sets_result(tmp_path, rubric):
     assert set(action["inputs"]) == {"path", "rubric"}
     step = next(s for s in action["runs"]["steps"] if s.get("id") == "grade")
     assert action["outputs"]["result"]["value"] == "${{ steps.grade.outputs.result }}"
-    env = {**github_files(tmp_path), "SUBMISSION": "submission", "RUBRIC": rubric, "PUSHED_AT": "1770282000",
-           "CLASSROOM_JSON": json.dumps(CLASSROOM_JSON)}
+    env = {
+        **github_files(tmp_path),
+        "SUBMISSION": "submission",
+        "RUBRIC": rubric,
+        "PUSHED_AT": "1770282000",
+        "CLASSROOM_JSON": json.dumps(CLASSROOM_JSON),
+    }
 
     run_script(step["run"], tmp_path, env, {"grader": GRADER_STUB})
 
@@ -269,7 +298,7 @@ def test_action_inputs_reach_the_script_only_through_env():
 
 def test_ci_installs_cpu_torch_before_the_package():
     run = "\n".join(s.get("run", "") for s in load(CI)["jobs"]["test"]["steps"])
-    assert run.index("$TORCH_INDEX_URL\" torch==") < run.index("pip install -e")
+    assert run.index('$TORCH_INDEX_URL" torch==') < run.index("pip install -e")
     assert load(CI)["env"]["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
 
 
@@ -280,5 +309,6 @@ def test_ci_publishes_only_tags_and_only_there_may_write_packages():
     assert publish["if"] == "startsWith(github.ref, 'refs/tags/v')"
     assert publish["permissions"]["packages"] == "write"
     assert "ghcr.io/" in "\n".join(s.get("run", "") for s in publish["steps"])
-    assert all("packages" not in job.get("permissions", {}) for name, job in workflow["jobs"].items()
-               if name != "publish")
+    assert all(
+        "packages" not in job.get("permissions", {}) for name, job in workflow["jobs"].items() if name != "publish"
+    )

@@ -176,9 +176,7 @@ def grade_in_container(
         client.images.get(image)
     except ImageNotFound:
         client.close()
-        return ContainerOutcome(
-            "start_failed", None, f"image {image} not found: build it with scripts/build-image.sh"
-        )
+        return ContainerOutcome("start_failed", None, f"image {image} not found: build it with scripts/build-image.sh")
     except (DockerException, requests.RequestException) as exc:
         client.close()
         return ContainerOutcome("start_failed", None, f"no Docker engine answers ({exc})")
@@ -263,9 +261,7 @@ def _prepare_staging(out_dir: Path) -> tuple[Path, list[str]]:
     return staging, [str(os.getegid())]
 
 
-def _run(
-    client: Any, image: str, command: list[str], options: dict[str, Any], timeout_s: float
-) -> ContainerOutcome:
+def _run(client: Any, image: str, command: list[str], options: dict[str, Any], timeout_s: float) -> ContainerOutcome:
     """Create, start, wait for and always remove one container; the outcome carries no results yet."""
     try:
         container = client.containers.create(image, command=command, detach=True, **options)

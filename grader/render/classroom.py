@@ -115,8 +115,7 @@ def _rows(result: GradeResult) -> list[_Row]:
                 "bonus cap",
                 "pass",
                 result.bonus_score - bonus_earned,
-                f"Bonus counts up to {fmt_points(result.bonus_score)} points; "
-                f"{fmt_points(bonus_earned)} were earned.",
+                f"Bonus counts up to {fmt_points(result.bonus_score)} points; {fmt_points(bonus_earned)} were earned.",
             )
         )
     rest = result.score - math.fsum(row.points for row in rows)
@@ -154,9 +153,7 @@ def _message(item: ItemResult) -> str:
         parts.append(f"{count}, e.g. {first.id}: {first.verdict.value}{detail}")
     if item.findings:
         finding = item.findings[0]
-        parts.append(
-            f"{len(item.findings)} policy finding(s), e.g. {finding.file}:{finding.line} {finding.rule}"
-        )
+        parts.append(f"{len(item.findings)} policy finding(s), e.g. {finding.file}:{finding.line} {finding.rule}")
     return " | ".join(parts)
 
 

@@ -142,10 +142,7 @@ def _verdict(case: CaseOutcome) -> str:
 def _finding(finding: Finding) -> str:
     where = f"{finding.file}:{finding.line}" + (f":{finding.col}" if finding.col else "")
     in_function = f" in {code_span(finding.function)}" if finding.function else ""
-    line = (
-        f"- {code_span(where)}{in_function} ({finding.origin}) "
-        f"{escape(finding.rule)}: {escape(finding.message)}"
-    )
+    line = f"- {code_span(where)}{in_function} ({finding.origin}) {escape(finding.rule)}: {escape(finding.message)}"
     if finding.source:
         line += "\n\n" + textwrap.indent(_fence(finding.source, "python"), "  ")
     return line

@@ -110,7 +110,7 @@ def _make_hook(
     getframe = sys._getframe
 
     def requester() -> str:
-        """"runtime", "library" or "student": the innermost non-stdlib frame's owner."""
+        """ "runtime", "library" or "student": the innermost non-stdlib frame's owner."""
         frame: types.FrameType | None = getframe(2)
         while frame is not None:
             code = frame.f_code

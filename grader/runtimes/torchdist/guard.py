@@ -88,7 +88,7 @@ class _Context:
     stand_in: str = ""  # set when that collective is the grader's known-good one
 
     def describe(self) -> str:
-        """" at collectives.py:17 in my_allreduce", or where the grader's stand-in was called from: a
+        """ " at collectives.py:17 in my_allreduce", or where the grader's stand-in was called from: a
         wait inside grader code is never reported as the student's own line."""
         called = (f" at {self.where}" if self.where else "") + (f" in {self.function}" if self.function else "")
         if self.stand_in:

@@ -87,7 +87,6 @@ FORBIDDEN_MODULES: frozenset[str] = frozenset(
 )
 
 
-
 @dataclass(frozen=True)
 class FunctionPolicy:
     """What one student function may call.  ``allowed`` lifts names out of :data:`COLLECTIVES`."""
