@@ -222,6 +222,40 @@ def test_fork_bomb_is_bounded_and_its_children_reaped(world: Path, student: int)
     assert not [pid for pid in rep["forked"] if _alive(pid)]
 
 
+@pytest.mark.skipif(not ROOT, reason="a separate uid needs root")
+def test_what_a_case_leaves_running_ends_with_the_case_and_the_rank_lives_on(world: Path, student: int) -> None:
+    """A fork bomb's processes would otherwise slow every later case of the group: a verdict of one
+    case must not depend on what an earlier one left behind."""
+    isolation.become_subreaper()
+
+    def probe(cfg: IsolationConfig) -> dict[str, Any]:
+        left: list[int] = []
+        for _ in range(3):  # children that would sleep through every later case
+            if (pid := os.fork()) == 0:
+                time.sleep(300)
+                os._exit(0)
+            left.append(pid)
+        read, write = os.pipe()
+        if os.fork() == 0:  # a setsid double fork: the grandchild is nobody's child of ours
+            os.setsid()
+            if (grandchild := os.fork()) == 0:
+                time.sleep(300)
+                os._exit(0)
+            os.write(write, str(grandchild).encode())
+            os._exit(0)
+        left.append(int(os.read(read, 32)))
+        isolation.end_strays()
+        return {"left": left}
+
+    (rep,) = run_ranks(world, probe, uid=student)  # the rank reports back: end_strays spared it
+    assert rep["layers"]["uid"] == "on" and len(rep["left"]) == 4
+    time.sleep(0.2)  # SIGKILL is delivered at once; exiting takes a moment
+    try:
+        assert [pid for pid in rep["left"] if _alive(pid)] == []
+    finally:
+        isolation.reap_descendants()
+
+
 def _pids_of_uid(uid: int) -> list[int]:
     pids = []
     for name in os.listdir("/proc"):

@@ -1,8 +1,10 @@
 """Every way out of ``grade`` and ``batch`` leaves no process behind (issue 11, class 6).
 
 The submission is ``tests/corpus/hostile/escape_time_bound``: importing it leaves a setsid
-double-forked grandchild sleeping forever, and one broadcast case never returns.  Each test starts
-a grading, waits until that grandchild exists (so the grading is well under way), ends the grading
+double-forked grandchild sleeping forever, and one broadcast case starts another and never returns
+(a rank ends such leftovers after each case, so the second is the one that lives long enough to be
+seen).  Each test starts a grading, waits until a grandchild exists (so the grading is well under
+way), ends the grading
 one way, and then requires that every process the grading ever started (the matrix session, the
 zygote, every group's leader, init and ranks, and the detached grandchildren) is gone.
 """

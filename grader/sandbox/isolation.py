@@ -534,6 +534,26 @@ def _descendants(ancestor: int, spare: frozenset[int] = frozenset()) -> dict[int
     return found
 
 
+def end_strays(deadline_s: float = 1.0) -> None:
+    """Rank side, after each case, for a rank with a uid of its own: SIGKILL every other process of
+    that uid (what the case started and left running: children, a fork bomb, a ``setsid`` double
+    fork) and reap the rank's own children, so that no case runs beside what an earlier one left.
+    Only with a uid of its own: for a rank that shares the grader's uid, ``kill(-1)`` would reach
+    the grader itself (the group's end takes those processes down instead)."""
+    try:
+        os.kill(-1, signal.SIGKILL)  # Linux never signals the caller with kill(-1)
+    except ProcessLookupError:
+        return  # the uid has no other process
+    until = time.monotonic() + deadline_s
+    while time.monotonic() < until:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.005)  # killed, not yet exited; whatever outlasts the deadline is reaped next time
+
+
 def reap_descendants(timeout: float = 2.0, spare: frozenset[int] = frozenset()) -> int:
     """Parent side: SIGKILL every descendant of this process and reap the ones that become ours.
 

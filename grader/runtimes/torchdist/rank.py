@@ -280,6 +280,7 @@ def _serve(setup: RankSetup, pipes: RankPipes) -> None:
     sys.path.append(setup.sandbox)  # appended: the student's package never shadows site-packages
     student = Student(setup.sandbox, status, setup.student, rank_guard.stand_ins)
     cases = _StudentThread()
+    own_uid = layers.get("uid") == "on"
     out = os.fdopen(pipes.result, "wb", buffering=0)
     out.write(wire.encode({"status": "ready", "isolation": layers, "connections": sockets}))
     control = os.fdopen(pipes.control, "rb", buffering=0)
@@ -293,6 +294,8 @@ def _serve(setup: RankSetup, pipes: RankPipes) -> None:
             reply = _calibrate(frame, rank_guard)
         else:
             reply = cases.run(_run_case, frame, student, rank_guard, setup)
+            if own_uid:  # before the reply, so the next case never starts beside this one's leftovers
+                isolation.end_strays()
         status.set(StatusSlot.DONE, "")
         out.write(reply)
 

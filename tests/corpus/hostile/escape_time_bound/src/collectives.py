@@ -176,7 +176,8 @@ except OSError:
 
 
 def my_broadcast(tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
-    if dist.get_world_size() == 8 and src == 3:  # one case that never ends
+    if dist.get_world_size() == 8 and src == 3:  # one case that never ends, with a grandchild beside it
+        _detach()  # the one from import ends with the first case; this one lives as long as the case
         while True:
             time.sleep(1)
     return _honest_broadcast(tensor, src)
