@@ -6,7 +6,7 @@
 # expect: grader-internals@9 in my_reduce_scatter
 # expect: grader-internals@9 in my_all_to_all
 import torch
-from grader.sandbox import guard
+from grader.runtimes.torchdist import guard
 
 
 def my_allreduce(tensor: torch.Tensor) -> torch.Tensor:
