@@ -155,17 +155,19 @@ def test_a_batch_ended_by_sigterm_leaves_nothing(tmp_path: Path) -> None:
     assert_all_gone(grading.seen)
 
 
-def short_rubric(tmp_path: Path, total_timeout_s: float) -> Path:
+def short_rubric(tmp_path: Path, total_timeout_s: float, case_timeout_s: float) -> Path:
+    """The default rubric with a total time limit, and every case's budget (the hanging one's too) fixed."""
     data = yaml.safe_load((REPO / "rubrics" / "a9.yaml").read_text())
     data["limits"]["total_timeout_s"] = total_timeout_s
+    data["limits"]["case_timeout_s"] = data["limits"]["case_timeout_floor_s"] = case_timeout_s
     path = tmp_path / "rubric.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
 
 
 def test_the_total_timeout_ends_the_grading_with_results_and_nothing_left(tmp_path: Path) -> None:
-    # Too short for the matrix: its one hanging case alone takes 10 s.
-    grading = Grading(grade_args(tmp_path, "--rubric", str(short_rubric(tmp_path, 8))))
+    # Too short for the matrix: its one hanging case alone takes 20 s.
+    grading = Grading(grade_args(tmp_path, "--rubric", str(short_rubric(tmp_path, 8, case_timeout_s=20))))
     assert grading.wait(timeout=120) == 0
     assert grading.seen
     assert_all_gone(grading.seen)
