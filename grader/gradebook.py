@@ -46,10 +46,10 @@ def flags_for(status: str, result: GradeResult | None) -> list[str]:
     if status == TIMEOUT:
         flags.add("timeout")
     if result is not None:
-        verdicts = {case.verdict.value for case in result.cases}
-        verdicts |= {f.verdict.value for item in result.items() for f in item.failures}
-        flags |= {VERDICT_FLAGS[v] for v in verdicts if v in VERDICT_FLAGS}
-        if result.findings or any(item.findings for item in result.items()):
+        # every case's verdict (an item's failures are some of them) and every finding (an item's
+        # findings are some of them)
+        flags |= {VERDICT_FLAGS[c.verdict.value] for c in result.cases if c.verdict.value in VERDICT_FLAGS}
+        if result.findings:
             flags.add("forbidden")
         if result.late is not None and result.late.points > 0:
             flags.add("late")
