@@ -522,24 +522,26 @@ class _Builder:
             )
             bonus = Bonus(cap=data["bonus"]["cap"], items=items)
         late = data.get("late")
+        assignment = Assignment(**data["assignment"])
+        limits = Limits(**data.get("limits", {}))
         matrix = {
-            "pack": data["assignment"].get("pack", data["assignment"]["id"]),
+            "pack": assignment.pack,
             "student_files": data["student_files"],
             "deliverables": data.get("deliverables", {}),
-            "limits": dataclasses.asdict(Limits(**data.get("limits", {}))),
+            "limits": dataclasses.asdict(limits),
             "policy": policy_data.get("allow", {}),
         }
         matrix_digest = "sha256:" + hashlib.sha256(json.dumps(matrix, sort_keys=True).encode()).hexdigest()
         return Rubric(
             source=source,
             digest=digest,
-            assignment=Assignment(**data["assignment"]),
+            assignment=assignment,
             student_files=self.student_files,
             deliverables=self.deliverables,
             tasks=tasks,
             bonus=bonus,
             policy=self.policy(policy_data.get("allow", {})),
-            limits=Limits(**data.get("limits", {})),
+            limits=limits,
             visibility=Visibility(**data.get("visibility", {})),
             late=self.late(late) if late is not None else None,
             advice=tuple(self.advice(a, ("advice", i)) for i, a in enumerate(data.get("advice", []))),

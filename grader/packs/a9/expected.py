@@ -9,7 +9,6 @@ rank can neither recompute its peers' inputs nor the expected outputs.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 
 import torch
@@ -22,8 +21,7 @@ _Preparer = Callable[[Case, torch.Generator], "Prepared"]
 
 
 def generator(case: Case, salt: str) -> torch.Generator:
-    digest = hashlib.sha256(f"{salt}|{case.name}".encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
+    return torch.Generator().manual_seed(case.seed(salt))
 
 
 def _data(gen: torch.Generator, shape: list[int] | tuple[int, ...], dtype: str) -> torch.Tensor:
