@@ -120,6 +120,11 @@ class AssignmentPack:
     def cases_of(self, test: str) -> list[Case]:
         return [case for case in self.cases() if case.test == test]
 
+    def module_to_import(self, kind: str) -> str:
+        """The student module a rank imports before it runs a case of ``kind`` ("" for a pack whose
+        student modules must never be imported: its bodies read definitions out of the source)."""
+        return self.module_of[kind] if self.imports else ""
+
     def file_of(self, module: str) -> str:
         """The submission path of a student module: ``src.collectives`` -> ``src/collectives.py``."""
         return module.replace(".", "/") + ".py"

@@ -60,12 +60,13 @@ class MatrixSession:
     def __init__(self, config: MatrixConfig) -> None:
         from grader.limits import Limits
         from grader.pack import load_pack
-        from grader.runtimes.torchdist.launcher import Sandboxing, Zygote
+        from grader.runtimes.torchdist.launcher import Sandboxing, Zygote, student_config
 
         self.config = config
         sys.path[:0] = [p for p in config.pack_path if p not in sys.path]
         self.pack = load_pack(config.pack)
         self.policy = Policy.from_dict(config.policy)
+        self.student = student_config(self.pack, config.policy)  # what every group's ranks are told
         self.limits = Limits(**config.limits)
         self.sandbox = Path(config.sandbox)
         # starts importing torch while this process does the same
@@ -169,13 +170,7 @@ class MatrixSession:
         if case.world_size in self.start_failures:  # once is enough: a grader fault does not heal
             raise GroupStartError(self.start_failures[case.world_size])
         if group is None or not group.alive:
-            student = {
-                "placeholders": {m: list(names) for m, names in self.pack.placeholders.items()},
-                "imports_before": {m: list(needs) for m, needs in self.pack.imports_before.items()},
-                "attributed": list(self.pack.attributed),
-                "policy": self.config.policy,
-            }
-            group = RankGroup(case.world_size, self.sandbox, self.limits, self.zygote, self.sandboxing, student)
+            group = RankGroup(case.world_size, self.sandbox, self.limits, self.zygote, self.sandboxing, self.student)
             group.start()
             self.groups[case.world_size] = group
             self.layers.update(group.layers)
@@ -187,7 +182,7 @@ class MatrixSession:
             params = {**params, "trusted": trusted}
         header = {
             "kind": case.kind,
-            "module": self.pack.module_of[case.kind] if self.pack.imports else "",
+            "module": self.pack.module_to_import(case.kind),
             "params": params,
             "keep_events": bool(case.params.get("keep_events")),
             "broken": {module: message for module, (_, message) in self.import_failures.items()},

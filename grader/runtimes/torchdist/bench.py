@@ -20,7 +20,7 @@ import torch
 
 from grader.limits import Limits
 from grader.pack import AssignmentPack, Case, load_pack
-from grader.runtimes.torchdist.launcher import RankGroup, Sandboxing, Zygote
+from grader.runtimes.torchdist.launcher import RankGroup, Sandboxing, Zygote, student_config
 from grader.sandbox.isolation import default_allow_read, default_hide
 
 SALT = "bench"
@@ -75,12 +75,7 @@ def run_ours(pack: AssignmentPack, cases: list[Case], sandbox: Path, policy: dic
     isolation = {"sandbox": str(sandbox), **{k: getattr(Limits(), k) for k in ("memory_mb", "nproc", "cpu_s")}}
     isolation |= {"file_size_mb": Limits().file_size_mb, "allow_read": [str(p) for p in default_allow_read()]}
     isolation["hide"] = [str(p) for p in default_hide()]
-    student = {
-        "placeholders": {m: list(names) for m, names in pack.placeholders.items()},
-        "imports_before": {m: list(needs) for m, needs in pack.imports_before.items()},
-        "attributed": list(pack.attributed),
-        "policy": policy,
-    }
+    student = student_config(pack, policy)
     zygote = Zygote(pack.bodies, pack.search_path)
     zygote.wait_ready()  # once per grading, like the session's own torch import: not a per-case cost
     sandboxing = Sandboxing.for_this_process(isolation)
@@ -93,7 +88,7 @@ def run_ours(pack: AssignmentPack, cases: list[Case], sandbox: Path, policy: dic
                 groups[case.world_size] = group
                 group.start()
             prepared = pack.prepare(case, SALT)
-            header = {"kind": case.kind, "module": pack.module_of[case.kind], "params": case.params}
+            header = {"kind": case.kind, "module": pack.module_to_import(case.kind), "params": case.params}
             run = group.run_case(header, prepared.inputs, 10.0)
             passed += verdicts.decide(case, prepared, run).verdict.value == "pass"
     finally:

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from grader.limits import Limits
+from grader.pack import AssignmentPack
 from grader.runtimes.torchdist import replies
 from grader.runtimes.torchdist.replies import Claims
 from grader.runtimes.torchdist.traffic import Capture, Traffic
@@ -178,6 +179,17 @@ class _Rank:
     stacks: int
     status: StatusSlot
     pid: int = 0  # host pid, once known
+
+
+def student_config(pack: AssignmentPack, policy: dict[str, list[str]]) -> dict[str, Any]:
+    """What the ranks of a group are told of the pack's student code, with the rubric's
+    ``policy.allow``: the fields of the rank's ``StudentConfig``."""
+    return {
+        "placeholders": {m: list(names) for m, names in pack.placeholders.items()},
+        "imports_before": {m: list(needs) for m, needs in pack.imports_before.items()},
+        "attributed": list(pack.attributed),
+        "policy": policy,
+    }
 
 
 class RankGroup:
