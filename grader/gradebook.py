@@ -3,13 +3,12 @@ status for each: graded, no submission, timeout, grader error)."""
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from grader.render.html_kit import fmt_points
 from grader.results import GradeResult, ItemStatus, Lateness, Verdict
+from grader.text import csv_rows
 
 GRADED, TIMEOUT, GRADER_ERROR, NO_SUBMISSION = "graded", "timeout", "grader_error", "no_submission"
 GRADEBOOK_FIXED = ("bonus", "late_penalty", "total", "status", "flags")
@@ -85,19 +84,19 @@ def task_columns(results: Iterable[GradeResult | None]) -> list[str]:
 
 
 def render_gradebook(rows: list[GradebookRow], tasks: list[str]) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["student", *tasks, *GRADEBOOK_FIXED])
-    for row in rows:
-        writer.writerow(
-            [
-                row.student,
-                *(fmt_points(row.tasks.get(t)) for t in tasks),
-                fmt_points(row.bonus),
-                fmt_points(row.late_penalty),
-                fmt_points(row.total),
-                row.status,
-                " ".join(row.flags),
-            ]
-        )
-    return buf.getvalue()
+    """The CSV of ``rows``; a student's name is written as given, only a formula-leading cell is
+    neutralised (``grader.text.csv_cell``)."""
+    header = ["student", *tasks, *GRADEBOOK_FIXED]
+    lines = [
+        [
+            row.student,
+            *(fmt_points(row.tasks.get(t)) for t in tasks),
+            fmt_points(row.bonus),
+            fmt_points(row.late_penalty),
+            fmt_points(row.total),
+            row.status,
+            " ".join(row.flags),
+        ]
+        for row in rows
+    ]
+    return csv_rows([header, *lines])

@@ -5,9 +5,15 @@ A file name is any bytes but ``/`` and NUL.  Python hands undecodable bytes over
 hold a newline or a terminal escape that would forge lines of a report.  :func:`shown` turns such a
 name into one printable line before it enters a message; :func:`valid_utf8` is the last guard
 before any text becomes bytes, so a message nobody escaped still cannot stop an output being written.
+:func:`csv_rows` is the one way the grader writes a CSV: a spreadsheet runs a cell that starts like a
+formula, and a roster name is the student's to choose.
 """
 
 from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable
 
 _SURROGATES = range(0xD800, 0xE000)
 _ESCAPED_BYTES = range(0xDC80, 0xDD00)  # what ``surrogateescape`` makes of the bytes 0x80..0xff
@@ -38,3 +44,33 @@ def _escape(ch: str) -> str:
     if code in _ESCAPED_BYTES:
         return f"\\x{code - 0xDC00:02x}"
     return repr(ch)[1:-1]
+
+
+#: OWASP's CSV-injection rule: a cell starting with one of these is a formula (or becomes one after
+#: a spreadsheet strips the tab or CR), so it is written with a leading ``'``, which shows as text.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(cell: str) -> str:
+    """``cell`` as a spreadsheet shows it literally: a formula-leading cell gets a leading ``'``.  A
+    plain number (``-2.5``) is data, not a formula, and stays a number."""
+    if cell.startswith(_FORMULA_STARTS) and not _is_number(cell):
+        return "'" + cell
+    return cell
+
+
+def csv_rows(rows: Iterable[Iterable[str]]) -> str:
+    """The CSV text of ``rows``, every cell neutralised by :func:`csv_cell`.  Lines end in CRLF
+    (RFC 4180), which also makes the writer quote a cell holding a lone CR, so no name splits a row."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\r\n")
+    writer.writerows([csv_cell(cell) for cell in row] for row in rows)
+    return buf.getvalue()
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return cell.strip() == cell and cell.lower().lstrip("+-") not in ("inf", "infinity", "nan")

@@ -1062,3 +1062,37 @@ def test_real_grader_batch_equals_grading_each_alone_and_a_rescore_runs_no_code(
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
     sys.exit(fake_main(sys.argv[1:]))
+
+
+# ----------------------------------------------------------------------------------------------
+# CSV injection: a roster name is the student's to choose
+
+
+def test_a_formula_leading_name_is_written_as_text_in_the_gradebook() -> None:
+    """OWASP's rule: a cell starting with =, +, -, @, tab or CR is a formula to a spreadsheet, so it
+    gets a leading quote; the name itself is kept, and numbers stay numbers."""
+    import csv
+    from io import StringIO
+
+    from grader.gradebook import GRADED, GradebookRow, render_gradebook
+
+    names = ['=HYPERLINK("http://x")', "+1+1", "-2+cmd|' /C calc'!A0", "@SUM(A1)", "\tx", "\ry", "plain", "a=b"]
+    rows = [GradebookRow(n, GRADED, tasks={"task1": -2.5}, total=-2.5) for n in names]
+    book = list(csv.DictReader(StringIO(render_gradebook(rows, ["task1"]), newline="")))
+    assert [r["student"] for r in book] == ["'" + n for n in names[:6]] + names[6:]
+    assert {r["task1"] for r in book} == {"-2.5"} and {r["total"] for r in book} == {"-2.5"}
+
+
+def test_every_csv_cell_goes_through_one_rule() -> None:
+    from grader.text import csv_cell, csv_rows
+
+    assert [csv_cell(c) for c in ("-1", "+3.5", "-inf", "-nan", " -1", "-1e3", "=1")] == [
+        "-1",
+        "+3.5",
+        "'-inf",
+        "'-nan",
+        " -1",
+        "-1e3",
+        "'=1",
+    ]
+    assert csv_rows([["@x", "a\rb"]]) == "'@x,\"a\rb\"\r\n"
