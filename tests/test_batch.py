@@ -1095,4 +1095,4 @@ def test_every_csv_cell_goes_through_one_rule() -> None:
         "-1e3",
         "'=1",
     ]
-    assert csv_rows([["@x", "a\rb"]]) == "'@x,\"a\rb\"\r\n"
+    assert csv_rows([["@x", "a\rb"]]) == '\'@x,"a\rb"\r\n'

@@ -283,3 +283,18 @@ def test_an_import_that_never_finishes_costs_one_timeout_and_task2_still_runs(tm
     assert "never finished importing src.collectives at collectives.py:" in results[only[0]][1]
     assert results[only[1]] == ("hang", "the import never finished: " + results[only[0]][1])  # not rerun
     assert results[only[2]][0] == "pass"  # transformer.py graded with the grader's own collectives
+
+
+def test_the_case_seed_claims_only_the_entropy_torch_keeps() -> None:
+    """torch's CPU generator keeps the low 32 bits of a seed, so Case.seed is 32 bits: a wider value
+    would draw the same inputs while claiming more entropy than they have."""
+    import torch
+
+    from grader.pack import Case
+
+    case = catalog.all_cases()[0]
+    seeds = {Case(case.test, case.id, 1, case.kind, {}).seed(f"salt{i}") for i in range(200)}
+    assert len(seeds) == 200 and max(seeds) < 2**32 and max(seeds) >= 2**31  # all 32 bits used
+    seed = max(seeds)
+    draw = torch.randn(4, generator=torch.Generator().manual_seed(seed))
+    assert torch.equal(torch.randn(4, generator=torch.Generator().manual_seed(seed + (1 << 40))), draw)
