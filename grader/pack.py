@@ -77,6 +77,25 @@ class Prepared:
     tolerance: dict[str, float] = field(default_factory=dict)  # rtol/atol for floating outputs
 
 
+class Refused(Exception):
+    """What the first step of a :class:`Handoff` returned breaks the pack's rule for what may cross:
+    the case is ``not_parallel``, and the message says which rule."""
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """A kind whose state crosses from one step to the next only through the session.
+
+    The session runs the ``first`` kind in the world size's group, gives ``carry`` the prepared
+    inputs and what each rank returned, and runs the kind's own body with what ``carry`` returns in a
+    group of fresh rank processes that run nothing else: nothing the first step kept (an attribute,
+    a closure, a module global, a file) reaches the second.  ``carry`` sees every rank's return, so
+    it can hold the group to a rule (raise :class:`Refused`)."""
+
+    first: str
+    carry: Callable[[Case, list[dict[str, Any]], list[dict[str, Any]]], list[dict[str, Any]]]
+
+
 @dataclass(frozen=True)
 class Diagram:
     """A time-vs-rank diagram in each student's report: the messages one student function sent in
@@ -119,6 +138,7 @@ class AssignmentPack:
     imports: bool = True
     runtime: str = "torchdist"
     diagram: Diagram | None = None
+    handoffs: Mapping[str, Handoff] = field(default_factory=dict)  # kind -> its two steps (see Handoff)
     search_path: tuple[str, ...] = ()  # where a pack found by module path was imported from
 
     def case_ids(self) -> list[str]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from grader.matrix.budgets import CALIBRATION_BYTES, case_budget
-from grader.pack import Case, Prepared
+from grader.pack import Case, Prepared, Refused
 from grader.results import Verdict
 from grader.runtimes.torchdist.policy import Policy
 
@@ -73,6 +73,8 @@ class MatrixSession:
         self.zygote = Zygote(self.pack.bodies, self.pack.search_path)
         self.sandboxing = Sandboxing.for_this_process(self._isolation())
         self.groups: dict[int, Any] = {}
+        #: world size -> the group a Handoff's second step runs in: fresh ranks that run nothing else
+        self.fresh_groups: dict[int, Any] = {}
         self.import_failures: dict[str, tuple[Verdict, str]] = {}
         self.start_failures: dict[int, str] = {}  # world size -> why its group could not start
         self.layers: dict[str, str] = dict(config.layers)
@@ -115,6 +117,8 @@ class MatrixSession:
             except GroupStartError as exc:  # before any student code ran: the grader's failure
                 self.start_failures[case.world_size] = exc.reason
                 decision = verdicts.Decision(Verdict.ERROR, f"the grader could not start the ranks: {exc.reason}")
+            except Refused as exc:  # what the first step of a handoff returned breaks the pack's rule
+                decision = verdicts.Decision(Verdict.NOT_PARALLEL, str(exc))
             else:
                 decision = verdicts.decide(case, prepared, run, self._allowed(case))
                 self._remember_import_failure(module, decision, run)
@@ -164,18 +168,11 @@ class MatrixSession:
             self.import_failures[module] = (Verdict.HANG, "the import never finished: " + decision.message)
 
     def _run(self, case: Case, prepared: Prepared) -> Any:
-        from grader.runtimes.torchdist.launcher import GroupStartError, RankGroup
+        """The case's run; a kind with a :class:`~grader.pack.Handoff` runs its first step here and its
+        own body in a fresh group, with only what ``carry`` lets cross (may raise ``Refused``)."""
+        from grader.matrix.verdicts import tampering
 
-        group = self.groups.get(case.world_size)
-        if case.world_size in self.start_failures:  # once is enough: a grader fault does not heal
-            raise GroupStartError(self.start_failures[case.world_size])
-        if group is None or not group.alive:
-            group = RankGroup(case.world_size, self.sandbox, self.limits, self.zygote, self.sandboxing, self.student)
-            group.start()
-            self.groups[case.world_size] = group
-            self.layers.update(group.layers)
-            if case.world_size not in self.calibration:
-                self.calibration[case.world_size] = self._calibrate(group)
+        group = self._group(self.groups, case.world_size)
         params = case.params
         trusted = self._trusted(case)
         if trusted:  # one defect is charged once: the grader's own versions stand in for failed functions
@@ -188,7 +185,31 @@ class MatrixSession:
             "broken": {module: message for module, (_, message) in self.import_failures.items()},
         }
         budget = case_budget(self.limits, self.calibration.get(case.world_size), prepared.tensor_bytes)
-        return group.run_case(header, prepared.inputs, budget)
+        handoff = self.pack.handoffs.get(case.kind)
+        if handoff is None:
+            return group.run_case(header, prepared.inputs, budget)
+        first = group.run_case({**header, "kind": handoff.first, "keep_events": False}, prepared.inputs, budget)
+        if any(rep.status != "ok" for rep in first.ranks) or tampering(first, self._allowed(case)):
+            return first  # the verdict is the first step's: its failure, or its traffic
+        inputs = handoff.carry(case, prepared.inputs, [rep.tensors for rep in first.ranks])
+        return self._group(self.fresh_groups, case.world_size).run_case(header, inputs, budget)
+
+    def _group(self, groups: dict[int, Any], world_size: int) -> Any:
+        """The live group of ``world_size`` in ``groups``, started (and calibrated, once per world size)
+        when there is none."""
+        from grader.runtimes.torchdist.launcher import GroupStartError, RankGroup
+
+        if world_size in self.start_failures:  # once is enough: a grader fault does not heal
+            raise GroupStartError(self.start_failures[world_size])
+        group = groups.get(world_size)
+        if group is None or not group.alive:
+            group = RankGroup(world_size, self.sandbox, self.limits, self.zygote, self.sandboxing, self.student)
+            group.start()
+            groups[world_size] = group
+            self.layers.update(group.layers)
+            if world_size not in self.calibration:
+                self.calibration[world_size] = self._calibrate(group)
+        return group
 
     def _calibrate(self, group: Any) -> float | None:
         """Seconds the runtime's own allreduce of CALIBRATION_BYTES per rank takes in this group (the
@@ -230,7 +251,7 @@ class MatrixSession:
         return fields
 
     def close(self) -> None:
-        for group in self.groups.values():
+        for group in [*self.groups.values(), *self.fresh_groups.values()]:
             if group.alive:
                 group.close()
         self.zygote.close()

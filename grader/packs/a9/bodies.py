@@ -15,18 +15,9 @@ from typing import Any, Protocol
 import torch
 
 from grader.packs.a9 import trusted
+from grader.packs.a9.catalog import SHARD_NAMES, SHARDED
 
 Tensors = dict[str, torch.Tensor]
-#: The attributes the handout names for ``init_tensor_parallel_shards`` (see reference_model.shards).
-SHARD_NAMES = (
-    "q_proj_shard",
-    "k_proj_shard",
-    "v_proj_shard",
-    "o_proj_shard",
-    "fc1_shard",
-    "fc1_bias_shard",
-    "fc2_shard",
-)
 
 
 class BadReturn(Exception):
@@ -79,24 +70,23 @@ def _argument_after(name: str) -> Callable[[Student, dict[str, Any], Tensors], T
     return body
 
 
-def _block(student: Student, params: dict[str, Any], t: Tensors) -> Any:
+def _new_block(student: Student, params: dict[str, Any], dtype: torch.dtype) -> Any:
     mod = student.module("src.transformer")
     config = mod.TransformerConfig(
         d_model=params["d_model"], n_heads=params["n_heads"], dim_ff=params["dim_ff"], dropout_p=0.0
     )
-    block = mod.BasicTransformerBlock(config).to(t["x"].dtype)
+    return mod.BasicTransformerBlock(config).to(dtype)
+
+
+def _block(student: Student, params: dict[str, Any], t: Tensors) -> Any:
+    block = _new_block(student, params, t["x"].dtype)
     block.load_state_dict({k: v for k, v in t.items() if k != "x"}, strict=True)
     return block.eval()
 
 
-#: The full parameters a tensor-parallel forward must not use: everything the handout shards.
-SHARDED = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "fc1.weight", "fc1.bias", "fc2.weight")
-
-
 def _poison_sharded(block: torch.nn.Module) -> None:
     """Replace every sharded full parameter with NaNs, so a forward that computes from the full
-    weights (the serial forward, then a sum) returns NaN.  The parameters are replaced, not filled:
-    shards that are views of the old weights keep their values, as the handout allows."""
+    weights (the serial forward, then a sum) returns NaN."""
     for name in SHARDED:
         owner, attr = name.split(".")
         layer = getattr(block, owner)
@@ -104,11 +94,59 @@ def _poison_sharded(block: torch.nn.Module) -> None:
         setattr(layer, attr, torch.nn.Parameter(torch.full_like(old, float("nan")), requires_grad=False))
 
 
-def _tensor_parallel(student: Student, params: dict[str, Any], t: Tensors) -> Tensors:
+#: How a shard that is not a plain tensor travels: ``name:linear`` (+ ``name:linear.bias``) for a
+#: sharded ``nn.Linear``, ``name:none`` for an attribute set to None ("if present").
+_LINEAR, _NONE = ":linear", ":none"
+
+
+def _tensor_parallel_init(student: Student, params: dict[str, Any], t: Tensors) -> Tensors:
+    """The first half of a tensor-parallel case: ``init_tensor_parallel_shards`` on the full block,
+    returning exactly the attributes the handout names.  Nothing else of this process reaches the
+    forward, which the session runs in a fresh process (``expected.carry`` checks what crosses)."""
     block = _block(student, params, t)
     with substituted(student, params):
         block.init_tensor_parallel_shards()
-        _poison_sharded(block)
+    out: Tensors = {}
+    for name in SHARD_NAMES:
+        value = getattr(block, name, _NONE)
+        if value is _NONE:
+            continue
+        if value is None:
+            out[name + _NONE] = torch.empty(0)
+        elif isinstance(value, torch.nn.Linear):
+            out[name + _LINEAR] = value.weight.detach()
+            if value.bias is not None:
+                out[name + _LINEAR + ".bias"] = value.bias.detach()
+        else:
+            out[name] = _tensor(value, f"init_tensor_parallel_shards (attribute {name})").detach()
+    return out
+
+
+def _tensor_parallel(student: Student, params: dict[str, Any], t: Tensors) -> Tensors:
+    """The second half, in a process that never saw the full weights: a fresh block of the student's
+    class with NaN for every full weight the handout shards, the grader's values for the rest
+    (layer norms, unsharded biases), and the shards the first half made, as they were made."""
+    block = _new_block(student, params, t["x"].dtype)
+    _poison_sharded(block)
+    names = set(SHARD_NAMES)
+    block.load_state_dict({k: v for k, v in t.items() if k != "x" and k.split(":")[0] not in names}, strict=False)
+    for key, value in t.items():
+        name, _, form = key.partition(":")
+        if name not in names or form == "linear.bias":
+            continue
+        if form == "none":
+            setattr(block, name, None)
+        elif form == "linear":
+            bias = t.get(key + ".bias")
+            linear = torch.nn.Linear(value.shape[1], value.shape[0], bias=bias is not None, dtype=value.dtype)
+            linear.weight = torch.nn.Parameter(value, requires_grad=False)
+            if bias is not None:
+                linear.bias = torch.nn.Parameter(bias, requires_grad=False)
+            setattr(block, name, linear)
+        else:
+            setattr(block, name, value)
+    block.eval()
+    with substituted(student, params):
         return {"out": _tensor(block.forward_tensor_parallel(t["x"]), "forward_tensor_parallel")}
 
 
@@ -169,6 +207,7 @@ BODIES: dict[str, Callable[[Student, dict[str, Any], Tensors], Tensors]] = {
     "allreduce_inplace": _argument_after("my_allreduce"),
     "allgather_untouched": _argument_after("my_allgather"),
     "all_to_all_untouched": _argument_after("my_all_to_all"),
+    "tensor_parallel_init": _tensor_parallel_init,
     "tensor_parallel": _tensor_parallel,
     "tensor_parallel_shards": _tensor_parallel_shards,
     "ulysses": _ulysses,

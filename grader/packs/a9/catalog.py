@@ -65,9 +65,27 @@ class TransformerConfig:
 
 
 NAN_HINT = (
-    "NaN: the forward read a full weight, which the grader replaces with NaN after init_tensor_parallel_shards; "
-    "compute from the *_shard attributes"
+    "NaN: the forward read a full weight; the forward runs in a fresh process that holds the *_shard "
+    "attributes init_tensor_parallel_shards made and NaN in place of every full weight they shard"
 )
+ULYSSES_HINT = (
+    "NaN in the result: in this case whatever reaches a rank outside my_all_to_all is NaN, so the sequence "
+    "exchange did not carry the activations through my_all_to_all, as the handout requires"
+)
+
+#: The attributes the handout names for ``init_tensor_parallel_shards``: the only state of an
+#: initialised block that reaches its tensor-parallel forward (see ``expected.carry``).
+SHARD_NAMES = (
+    "q_proj_shard",
+    "k_proj_shard",
+    "v_proj_shard",
+    "o_proj_shard",
+    "fc1_shard",
+    "fc1_bias_shard",
+    "fc2_shard",
+)
+#: The full parameters those attributes shard: NaN in the forward's block, never sent to its process.
+SHARDED = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "fc1.weight", "fc1.bias", "fc2.weight")
 
 #: head_dim 8 and 16; dim_ff 1.5x to 4x d_model; batch 1 to 3; sequences of 8 to 24 tokens; float64
 #: as well as float32; world sizes 2, 3, 4 and 8 (and 1, unweighted).  Every world size listed
@@ -181,8 +199,9 @@ def _task2() -> list[Case]:
         for config in CONFIGS:
             for ws in config.world_sizes:
                 params = config.params()
-                if kind == "ulysses":  # "You must use my_all_to_all()": checked from the case's messages
+                if kind == "ulysses":  # "You must use my_all_to_all()": what arrives any other way is NaN
                     params["must_use"] = "my_all_to_all"
+                    params["nan_hint"] = ULYSSES_HINT
                 if kind == "tensor_parallel":  # the full weights are NaN by the time the forward runs
                     params["nan_hint"] = NAN_HINT
                 cases.append(Case(test, f"ws{ws}-{config.id}", ws, kind, params))
@@ -209,7 +228,9 @@ def _trace_probes() -> list[Case]:
             {"scatter_dim": 2, "gather_dim": 1, "dtype": "float32", "layout": "", "large": False},
         ),
         Case("test_trace_tensor_parallel", "ws4", 4, "tensor_parallel", {**small, "nan_hint": NAN_HINT}),
-        Case("test_trace_ulysses", "ws4", 4, "ulysses", {**small, "must_use": "my_all_to_all"}),
+        Case(
+            "test_trace_ulysses", "ws4", 4, "ulysses", {**small, "must_use": "my_all_to_all", "nan_hint": ULYSSES_HINT}
+        ),
     ]
 
 

@@ -13,11 +13,13 @@ from collections.abc import Callable
 
 import torch
 
-from grader.pack import Case, Prepared
+from grader.pack import Case, Prepared, Refused
 from grader.packs.a9 import reference_model
+from grader.packs.a9.catalog import SHARD_NAMES, SHARDED
 from grader.sandbox.wire import DTYPES
 
 _Preparer = Callable[[Case, torch.Generator], "Prepared"]
+Tensors = dict[str, torch.Tensor]
 
 
 def generator(case: Case, salt: str) -> torch.Generator:
@@ -177,6 +179,29 @@ def _transformer(case: Case, gen: torch.Generator) -> Prepared:
     if case.kind == "tensor_parallel_shards":
         return Prepared(inputs, [reference_model.shards(weights, r, ws) for r in range(ws)], nbytes, tol)
     return Prepared(inputs, [{"out": y} for _ in range(ws)], nbytes, tol)
+
+
+def carry(case: Case, inputs: list[Tensors], returned: list[Tensors]) -> list[Tensors]:
+    """Each rank's input to the tensor-parallel forward: its ``x``, the parameters the handout does
+    not shard, and the ``*_shard`` attributes its ``init_tensor_parallel_shards`` made, nothing else.
+
+    The group's shards together may hold each weight at most once (by bytes): a rank that kept a
+    full weight under a shard's name would carry the serial forward across, while any layout of a
+    real split (even a lopsided one) fits."""
+    shard_keys = [[k for k in r if k.partition(":")[0] in SHARD_NAMES] for r in returned]
+    held = sum(_bytes(returned[r][k]) for r, keys in enumerate(shard_keys) for k in keys)
+    full = sum(_bytes(inputs[0][name]) for name in SHARDED)
+    if held > full:
+        raise Refused(
+            f"the ranks' *_shard attributes hold {held} bytes together, more than the {full} bytes of the weights "
+            "they shard: a tensor-parallel rank holds its shard, not a copy of the full weights"
+        )
+    unsharded = [{k: v for k, v in r.items() if k not in SHARDED} for r in inputs]
+    return [{**base, **{k: returned[r][k] for k in shard_keys[r]}} for r, base in enumerate(unsharded)]
+
+
+def _bytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
 
 
 _PREPARERS: dict[str, _Preparer] = {

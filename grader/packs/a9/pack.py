@@ -6,8 +6,9 @@ Session side only (the zygote imports ``grader.packs.a9.bodies`` and nothing of 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from grader.pack import AssignmentPack, Case, Diagram, Prepared, bundled_rubric
+from grader.pack import AssignmentPack, Case, Diagram, Handoff, Prepared, bundled_rubric
 from grader.packs.a9 import catalog
 
 HERE = Path(__file__).resolve().parent
@@ -18,6 +19,12 @@ def _prepare(case: Case, salt: str) -> Prepared:
     from grader.packs.a9 import expected  # torch: only a grading needs it, not `grader rubric validate`
 
     return expected.prepare(case, salt)
+
+
+def _carry(case: Case, inputs: list[dict[str, Any]], returned: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from grader.packs.a9 import expected
+
+    return expected.carry(case, inputs, returned)
 
 
 PACK = AssignmentPack(
@@ -37,6 +44,8 @@ PACK = AssignmentPack(
     placeholders={"src.collectives": COLLECTIVES},  # transformer.py imports them
     imports_before={"src.transformer": ("src.collectives",)},
     attributed=COLLECTIVES,
+    # "Use the sharded weights stored in self.*_shard": only they reach the forward's fresh process
+    handoffs={"tensor_parallel": Handoff("tensor_parallel_init", _carry)},
     diagram=Diagram(
         case="test_trace_all_to_all[ws4]",
         function="my_all_to_all",
