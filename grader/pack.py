@@ -39,7 +39,8 @@ class Case:
     ``params`` go to the rank-side body as they are.  The engine itself reads a few of them:
     ``keep_events`` (keep the ranks' message events, for trace checks and diagrams),
     ``must_communicate`` (at world size > 1, ranks that agree without a point-to-point message bypassed
-    send/recv), ``must_use`` (a student function every rank must exchange data through, else
+    send/recv), ``must_use`` (a student function every rank must exchange data through, and the only
+    one data may reach a rank through: anything received otherwise is NaN, and a NaN result is
     ``not_parallel``) and ``nan_hint`` (said when a wrong output holds NaN).
     """
 

@@ -81,8 +81,11 @@ def decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str]
         problem = compare(rep.tensors, expected, prepared.tolerance)
         if problem:
             hint = case.params.get("nan_hint")
-            if hint and any(t.is_floating_point() and bool(t.isnan().any()) for t in rep.tensors.values()):
+            nan = any(t.is_floating_point() and bool(t.isnan().any()) for t in rep.tensors.values())
+            if hint and nan:
                 problem += f" ({hint})"
+            if nan and case.params.get("must_use") and case.world_size > 1:  # data came around the exchange
+                return Decision(Verdict.NOT_PARALLEL, f"rank {rep.rank}: {problem}", trace, _details(run))
             return Decision(Verdict.WRONG, f"rank {rep.rank}: {problem}", trace, _details(run))
     required = case.params.get("must_use")
     if required and case.world_size > 1 and not all(required in rep.claims.student_functions for rep in run.ranks):

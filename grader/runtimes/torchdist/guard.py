@@ -86,6 +86,7 @@ class _Context:
     where: str = ""  # "file:line" of its frame
     collective: str | None = None  # the innermost my_* collective, the student's or a stand-in's
     stand_in: str = ""  # set when that collective is the grader's known-good one
+    within: set[str] = field(default_factory=set)  # every my_* collective on the stack
 
     def describe(self) -> str:
         """ " at collectives.py:17 in my_allreduce", or where the grader's stand-in was called from: a
@@ -121,14 +122,18 @@ class Guard:
         self.policy = policy  # which built-in collectives which student function may call
         self.trace = Trace(rank=rank)
         self.keep_events = False
+        #: "" or the one student function data may reach this rank through in this case (a case's
+        #: ``must_use``): whatever arrives any other way is NaN (see :meth:`poisons`)
+        self.only_through = ""
         self.pending: dict[int, str] = {}  # id(work) -> what waiting on it means
         self._local = threading.local()  # per thread: depth inside traced ops, so nested calls count once
         #: code object of a grader function standing in for a student's Task 1 function -> its name
         self.stand_ins: dict[Any, str] = {}
 
-    def begin_case(self, keep_events: bool, t0: float) -> None:
+    def begin_case(self, keep_events: bool, t0: float, only_through: str = "") -> None:
         """Reset for a new case; ``t0`` is the runner's monotonic clock at case start."""
         self.keep_events = keep_events
+        self.only_through = only_through
         self.trace = Trace(rank=self.rank, t0=t0)
         self.pending.clear()
 
@@ -156,12 +161,22 @@ class Guard:
                     context.function = code.co_name
                     context.file = code.co_filename[len(self.sandbox) :].lstrip("/")
                     context.where = f"{code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}"
-                if context.collective is None and code.co_name in self.attributed:
-                    context.collective = code.co_name
-            elif context.collective is None and code in self.stand_ins:
-                context.collective = context.stand_in = self.stand_ins[code]
+                if code.co_name in self.attributed:
+                    context.within.add(code.co_name)
+                    context.collective = context.collective or code.co_name
+            elif code in self.stand_ins:
+                context.within.add(self.stand_ins[code])
+                if context.collective is None:
+                    context.collective = context.stand_in = self.stand_ins[code]
             frame = frame.f_back  # type: ignore[assignment]
         return context
+
+    def poisons(self, context: _Context) -> bool:
+        """Whether data this call brings in is replaced by NaN: the case lets data arrive only through
+        one student function (Ulysses: "use my_all_to_all for exchanging sequence chunks"), and the
+        call is not inside it.  The bytes still travel (the wire and the records agree); the student's
+        buffer just never holds them, so a computation fed any other way computes on NaN."""
+        return bool(self.only_through) and self.only_through not in context.within
 
     # --- point to point --------------------------------------------------------------------
     def call(self, op: str, peer: int, tensors: list[torch.Tensor]) -> _Call:
@@ -221,7 +236,12 @@ class Guard:
                 if context.collective:
                     guard.trace.student_functions.add(context.collective)
                 with guard.blocked(f"{qualname}()"):
-                    return original(*args, **kwargs)
+                    result = original(*args, **kwargs)
+                    if guard.poisons(context):  # completed first, so no late arrival overwrites the NaN
+                        if hasattr(result, "wait"):
+                            result.wait()
+                        _fill_nan([*args, *kwargs.values()])
+                    return result
             message = f"{qualname}() is a built-in collective, which this task forbids" + (
                 f" (called at {context.where} in {context.function})" if context.where else ""
             )
@@ -351,6 +371,8 @@ def _trace_point_to_point(guard: Guard) -> None:
                 return original(*args, **kwargs)
             tensors, peer = _p2p_arguments(op, args, kwargs, method)
             call = guard.call(op, peer, tensors)
+            if op in ("recv", "irecv") and guard.poisons(call.context):
+                args, kwargs = _into_scratch(args, kwargs, method)
             with guard.nesting():
                 if blocking:
                     with guard.blocked(call.description):
@@ -386,6 +408,35 @@ def _trace_point_to_point(guard: Guard) -> None:
             return original_wait(self, *args, **kwargs)
 
     work_cls.wait = wait  # type: ignore[method-assign]
+
+
+def _into_scratch(
+    args: tuple[Any, ...], kwargs: dict[str, Any], method: bool
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A receive's arguments with each buffer replaced by a scratch tensor of its shape, the
+    student's buffers filled with NaN (see :meth:`Guard.poisons`)."""
+
+    def swap(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        _fill_nan([t])
+        return torch.empty_like(t)
+
+    if method:  # ProcessGroup.recv(self, tensors, srcRank, tag)
+        if len(args) > 1:
+            return (args[0], [swap(t) for t in args[1]], *args[2:]), kwargs
+        return args, {**kwargs, "tensors": [swap(t) for t in kwargs.get("tensors", [])]}
+    if args:
+        return (swap(args[0]), *args[1:]), kwargs
+    return args, {**kwargs, "tensor": swap(kwargs.get("tensor"))}
+
+
+def _fill_nan(values: list[Any]) -> None:
+    for value in values:
+        if isinstance(value, (list, tuple)):
+            _fill_nan(list(value))
+        elif isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex()):
+            value.fill_(float("nan"))
 
 
 def _p2p_classes() -> list[Any]:
