@@ -47,6 +47,20 @@ _CANONICAL_PREFIXES = (
     ("torch._C._distributed_c10d", _DIST),
     ("torch._ops.ops", "torch.ops"),
 )
+#: Names other modules bind these modules under (``torch.utils.data.distributed.dist``,
+#: ``collections._sys``, ``enum.bltns``, ``torch._custom_op.impl._C``...): a module reached as an
+#: attribute of another one is the module it is, whatever the chain that reached it.
+_MODULE_ALIASES = {
+    **dict.fromkeys(("dist", "c10d", "_c10d", "distributed_c10d", "_distributed_c10d"), _DIST),
+    "_C": "torch._C",
+    "_ops": "torch.ops",
+    "torch": "torch",
+    **dict.fromkeys(("sys", "_sys"), "sys"),
+    **dict.fromkeys(("builtins", "__builtins__", "_builtins", "bltns"), "builtins"),
+    **{name: name for name in ("importlib", "gc", "inspect", "ctypes", "runpy", "pkgutil")},
+}
+#: Real modules whose own names end in an alias but which are not what it stands for.
+_NOT_ALIASES = frozenset({"torch._ops", "torch.ops.c10d"})
 #: Names that *are* process groups (or hold them); attributes of ``_world`` lead to groups.
 _PG_ROOTS = (
     "torch.distributed.group.WORLD",
@@ -160,14 +174,29 @@ Key = tuple[str, str]  # (rule, api)
 
 
 def canonical(name: str) -> str:
-    for prefix, replacement in _CANONICAL_PREFIXES:
-        if under(name, prefix):
-            name = replacement + name[len(prefix) :]
+    name = _unaliased(_prefixed(name))
     for root in _PG_ROOTS:
         if name == root:
             return PG
         if name.startswith(root + "."):
             return PG + name[len(root) :]
+    return name
+
+
+def _prefixed(name: str) -> str:
+    for prefix, replacement in _CANONICAL_PREFIXES:
+        if under(name, prefix):
+            name = replacement + name[len(prefix) :]
+    return name
+
+
+def _unaliased(name: str) -> str:
+    """``name`` from the last module alias in its chain on: that is the module the chain reached."""
+    parts = name.split(".")
+    for index in range(len(parts) - 1, 0, -1):
+        alias = _MODULE_ALIASES.get(parts[index])
+        if alias is not None and ".".join(parts[: index + 1]) not in _NOT_ALIASES:
+            return _prefixed(".".join([alias, *parts[index + 1 :]]))
     return name
 
 

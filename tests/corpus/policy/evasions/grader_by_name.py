@@ -1,10 +1,14 @@
-# Evasion: the grader's modules fetched by name at run time, to reach the dist they imported.
-# expect: grader-internals@15 in my_allreduce
-# expect: dynamic-dist-access@15 in my_allreduce
-# expect: grader-internals@20 in my_broadcast
-# expect: dynamic-dist-access@20 in my_broadcast
-# expect: grader-internals@26 in my_allgather
-# expect: dynamic-dist-access@26 in my_allgather
+# Evasion: the grader's modules fetched by name at run time, to reach the dist they imported (which
+# is torch.distributed: the collective is one too, whatever module it was reached through).
+# expect: grader-internals@19 in my_allreduce
+# expect: dynamic-dist-access@19 in my_allreduce
+# expect: forbidden-collective@19 in my_allreduce
+# expect: grader-internals@24 in my_broadcast
+# expect: dynamic-dist-access@24 in my_broadcast
+# expect: forbidden-collective@24 in my_broadcast
+# expect: grader-internals@30 in my_allgather
+# expect: dynamic-dist-access@30 in my_allgather
+# expect: forbidden-collective@30 in my_allgather
 import importlib
 import sys
 

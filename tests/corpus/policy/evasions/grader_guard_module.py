@@ -1,10 +1,11 @@
 # Evasion: the collective reached through the grader's own modules, imported at the top.
-# expect: grader-internals@13 in my_allreduce
-# expect: grader-internals@9
-# expect: grader-internals@9 in my_broadcast
-# expect: grader-internals@9 in my_allgather
-# expect: grader-internals@9 in my_reduce_scatter
-# expect: grader-internals@9 in my_all_to_all
+# expect: grader-internals@14 in my_allreduce
+# expect: forbidden-collective@14 in my_allreduce
+# expect: grader-internals@10
+# expect: grader-internals@10 in my_broadcast
+# expect: grader-internals@10 in my_allgather
+# expect: grader-internals@10 in my_reduce_scatter
+# expect: grader-internals@10 in my_all_to_all
 import torch
 from grader.runtimes.torchdist import guard
 
