@@ -28,6 +28,11 @@ HOSTILE=(
     "kill_every_process=-"     # kill(-1, SIGKILL)
     "memfd_3gib=-"             # 3 GiB in memfd files RLIMIT_AS never sees
     "escape_time_bound=-"      # a setsid double fork at import and a case that never ends
+    # issue 20's state and static classes:
+    "tp_private_weights=-"                 # full weights kept in an attribute, closure, global, class, another module, a file
+    "tp_full_weights_as_shards=-"          # every *_shard is the whole weight: the serial forward
+    "ulysses_dummy_exchange_then_serial=-" # one dummy my_all_to_all, the sequence gathered with my_allgather
+    "dist_through_another_module=-"        # dist.all_reduce as torch.utils.data.distributed.dist.all_reduce
 )
 REFERENCE=reference/a9  # its tasks must earn max_score, and some bonus on top
 COMMIT_TIME=2026-01-05T12:00:00+00:00  # the reference's commit, as results.json must report it with --trust-commit-time
