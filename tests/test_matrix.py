@@ -237,10 +237,46 @@ def test_parallel_methods_that_skip_the_parallel_work_earn_nothing(tmp_path: Pat
     tp_verdict, tp_message = results[only[0]]
     assert tp_verdict == "wrong"  # the serial forward read the full weights, which were NaN by then
     assert "NaN: the forward read a full weight" in tp_message
-    assert results[only[1]] == (
-        "not_parallel",
-        "right values, but not every rank exchanged data through my_all_to_all, which the handout requires here",
+    ulysses_verdict, ulysses_message = results[only[1]]  # what my_allgather received was NaN
+    assert ulysses_verdict == "not_parallel" and "outside my_all_to_all is NaN" in ulysses_message
+
+
+KEPT_ELSEWHERE = (
+    "        self.fc2_shard = copy(self.fc2.weight[:, hidden])\n",
+    "        self.fc2_shard = copy(self.fc2.weight[:, hidden])\n        self.kept = copy(self.q_proj.weight)\n",
+)
+USES_KEPT = (
+    "        h = self.ln1(x)\n        shards =",
+    "        assert self.kept is not None\n        h = self.ln1(x)\n        shards =",
+)
+DUMMY_EXCHANGE = (
+    "        h = self.ln1(x_shard)\n        qkv",
+    "        my_all_to_all(torch.zeros(2, 2), scatter_dim=0, gather_dim=1)\n"
+    "        full = my_allgather(x_shard.transpose(0, 1).contiguous()).transpose(0, 1)\n"
+    "        return self.forward(full).chunk(dist.get_world_size(), dim=1)[dist.get_rank()]\n"
+    "        h = self.ln1(x_shard)\n        qkv",
+)
+
+
+def test_only_the_handouts_state_reaches_the_parallel_forwards(tmp_path: Path) -> None:
+    """An attribute init set under another name stays behind in init's process, and a Ulysses forward
+    whose exchange carries nothing computes on NaN; each message says which rule."""
+    only = ["test_tensor_parallel[ws2-d32h4f64s8b1]", "test_ulysses[ws2-d32h4f64s8b1]"]
+    box = sandbox_of(tmp_path, ROOT / "reference/a9")
+    path = box / "src/transformer.py"
+    text = path.read_text().replace(
+        "import my_all_to_all, my_allreduce", "import my_all_to_all, my_allgather, my_allreduce"
     )
+    for old, new in (KEPT_ELSEWHERE, USES_KEPT, DUMMY_EXCHANGE):
+        assert text.count(old) == 1
+        text = text.replace(old, new)
+    path.write_text(text)
+    results = verdicts(tmp_path, box, only)
+    tp_verdict, tp_message = results[only[0]]
+    assert tp_verdict == "crash" and "has no attribute 'kept'" in tp_message
+    assert "only the handout's *_shard attributes reach it" in tp_message
+    ulysses_verdict, ulysses_message = results[only[1]]
+    assert ulysses_verdict == "not_parallel" and "outside my_all_to_all is NaN" in ulysses_message
 
 
 @pytest.mark.slow

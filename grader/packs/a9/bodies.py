@@ -147,7 +147,19 @@ def _tensor_parallel(student: Student, params: dict[str, Any], t: Tensors) -> Te
             setattr(block, name, value)
     block.eval()
     with substituted(student, params):
-        return {"out": _tensor(block.forward_tensor_parallel(t["x"]), "forward_tensor_parallel")}
+        try:
+            out = block.forward_tensor_parallel(t["x"])
+        except AttributeError as exc:  # the same exception, its student frames kept, with the reason
+            if exc.args and isinstance(exc.args[0], str):
+                exc.args = (exc.args[0] + f" ({_CROSSES})", *exc.args[1:])
+            raise
+        return {"out": _tensor(out, "forward_tensor_parallel")}
+
+
+_CROSSES = (
+    "the forward runs in a fresh process, and of what init_tensor_parallel_shards set only the handout's "
+    "*_shard attributes reach it"
+)
 
 
 def _tensor_parallel_shards(student: Student, params: dict[str, Any], t: Tensors) -> Tensors:
