@@ -1081,6 +1081,13 @@ def test_a_formula_leading_name_is_written_as_text_in_the_gradebook() -> None:
     book = list(csv.DictReader(StringIO(render_gradebook(rows, ["task1"]), newline="")))
     assert [r["student"] for r in book] == ["'" + n for n in names[:6]] + names[6:]
     assert {r["task1"] for r in book} == {"-2.5"} and {r["total"] for r in book} == {"-2.5"}
+    # elsewhere the name is shown as given: HTML escapes it and adds no quote
+    from html import escape
+
+    from grader.render.class_report import render_class_report
+
+    html = render_class_report({}, rows)
+    assert escape(names[0]) in html and escape("'" + names[0]) not in html
 
 
 def test_every_csv_cell_goes_through_one_rule() -> None:
