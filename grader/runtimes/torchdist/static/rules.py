@@ -45,6 +45,10 @@ PG = "<pg>"  # the value of a process group (or anything obtained from one)
 _CANONICAL_PREFIXES = (
     ("torch.distributed.distributed_c10d", _DIST),
     ("torch._C._distributed_c10d", _DIST),
+    # the other C++ bindings of torch.distributed, by the Python module each stands behind
+    ("torch._C._distributed_rpc", "torch.distributed.rpc"),
+    ("torch._C._distributed_autograd", "torch.distributed.autograd"),
+    ("torch._C._distributed", "torch.distributed.tensor"),  # DTensor placements
     ("torch._ops.ops", "torch.ops"),
 )
 #: Names other modules bind these modules under (``torch.utils.data.distributed.dist``,
@@ -121,7 +125,10 @@ _COMMUNICATING_BINDINGS = tuple(
     f"{_DIST}.{name}"
     for name in ("Reducer", "_verify_params_across_processes", "_register_comm_hook", "_register_builtin_comm_hook")
 )
-_FORBIDDEN_PREFIXES = (*FORBIDDEN_MODULES, *_FORBIDDEN_OP_NAMESPACES, *_COMMUNICATING_BINDINGS)
+#: Distributed autograd moves gradients between ranks over RPC, without send/recv (static-only: the
+#: runtime guard forbids RPC itself).
+_RPC_ONLY = ("torch.distributed.autograd",)
+_FORBIDDEN_PREFIXES = (*FORBIDDEN_MODULES, *_FORBIDDEN_OP_NAMESPACES, *_COMMUNICATING_BINDINGS, *_RPC_ONLY)
 #: Calls that fetch a dispatcher op by its ``"namespace::name"`` string, as ``torch.ops`` would.
 OP_LOOKUPS = frozenset(
     {
