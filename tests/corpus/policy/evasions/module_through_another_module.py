@@ -12,7 +12,7 @@ import enum
 import torch
 import torch.nn.functional as F
 import torch.utils.data.distributed as sampler_module
-from torch.distributed.checkpoint import dist as checkpoint_dist
+from torch.distributed.c10d_logger import dist as logger_dist
 
 
 def my_allreduce(tensor: torch.Tensor) -> torch.Tensor:
@@ -33,7 +33,7 @@ def my_allgather(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def my_reduce_scatter(tensor: torch.Tensor) -> torch.Tensor:
-    checkpoint_dist.reduce_scatter(tensor, list(tensor.chunk(2)))
+    logger_dist.reduce_scatter(tensor, list(tensor.chunk(2)))
     return tensor
 
 
