@@ -334,3 +334,24 @@ def test_the_case_seed_claims_only_the_entropy_torch_keeps() -> None:
     seed = max(seeds)
     draw = torch.randn(4, generator=torch.Generator().manual_seed(seed))
     assert torch.equal(torch.randn(4, generator=torch.Generator().manual_seed(seed + (1 << 40))), draw)
+
+
+def test_only_the_shards_cross_and_together_they_hold_each_weight_at_most_once() -> None:
+    """What reaches the tensor-parallel forward (``expected.carry``): ``x``, the unsharded parameters
+    and the ``*_shard`` attributes; never a full sharded weight, and never shards that replicate one."""
+    import torch
+
+    from grader.pack import Refused
+    from grader.packs.a9 import expected, reference_model
+
+    case = next(c for c in catalog.all_cases() if c.name == "test_tensor_parallel[ws2-d32h4f64s8b1]")
+    inputs = expected.prepare(case, "salt").inputs
+    shards = [reference_model.shards(inputs[0], rank, 2) for rank in range(2)]
+    unsharded = {"x", "ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias", "fc2.bias"}
+    assert [set(r) for r in expected.carry(case, inputs, shards)] == [unsharded | set(s) for s in shards]
+    # a lopsided but real split (one rank holds every shard, the other none) holds each weight once
+    lopsided = [{k: torch.cat([shards[0][k], shards[1][k]]) for k in shards[0]}, {}]
+    assert set(expected.carry(case, inputs, lopsided)[1]) == unsharded
+    replicated = [{**s, "q_proj_shard": inputs[0]["q_proj.weight"]} for s in lopsided]
+    with pytest.raises(Refused, match="more than the"):
+        expected.carry(case, inputs, replicated)
