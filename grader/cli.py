@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=argparse.SUPPRESS,
     )
     grade.add_argument("--jobs", type=int, default=None, help=argparse.SUPPRESS)
+    add_student_loop_options(grade)
 
     check = sub.add_parser("check", help="static policy check only (no code is run)")
     check.add_argument("submission", nargs="?", default=".")
@@ -99,6 +100,26 @@ def build_parser() -> argparse.ArgumentParser:
     rescore.add_argument("--manual", type=Path, default=None, help="CSV or YAML of manual item scores, by dir name")
     rescore.add_argument("--deadline", default=None, help=f"overrides the rubric's deadline ({TIME_HELP})")
     return parser
+
+
+def add_student_loop_options(grade: argparse.ArgumentParser) -> None:
+    """``--isolation`` and ``-k``: how a student's machine runs the ranks, and which cases."""
+    from grader.runtimes import ISOLATION_MODES
+
+    grade.add_argument(
+        "--isolation",
+        choices=ISOLATION_MODES,
+        default="auto",
+        help="auto: the Linux sandbox where it can be built (root: full; else rootless), the portable runtime "
+        "elsewhere; portable: spawned ranks on any OS (advisory)",
+    )
+    grade.add_argument(
+        "-k",
+        dest="keyword",
+        metavar="EXPR",
+        default=None,
+        help="only the cases whose id matches EXPR (pytest's -k grammar, e.g. 'allreduce and ws4'); a partial score",
+    )
 
 
 def add_rubric_options(parser: argparse.ArgumentParser) -> None:

@@ -54,6 +54,7 @@ def run_matrix(
     layers: dict[str, str] | None = None,
     total_timeout_s: float = 600.0,
     only: list[str] | None = None,
+    runtime: str = "auto",
 ) -> MatrixRun:
     """Run every case of ``pack`` (or the ``only`` ones) and return the merged JUnit file in ``workdir``.
     ``policy`` is the rubric's ``policy.allow`` (``Policy.to_dict``)."""
@@ -83,6 +84,7 @@ def run_matrix(
             skip=decided + [name for name in _case_names(assignment, None) if name not in everything],
             isolation=isolation or {},
             layers=layers or {},
+            runtime=runtime,
         )
         remaining = total_timeout_s - (time.monotonic() - t0)
         code, log = _session(config, assignment.test_file, workdir, junit, remaining)

@@ -89,12 +89,16 @@ class Sandboxing:
     isolation: dict[str, Any] | None  # IsolationConfig fields shared by every rank; None: no layers
     slot: Slot | None = None  # uids for the ranks (root)
     cgroups: Cgroups | None = None
-    network: bool = False  # a network namespace and a capture per group (root)
+    network: bool = False  # a network namespace and a capture per group (root, or rootless)
     pid_namespace: bool = False
+    rootless: bool = False  # the group's namespaces inside a user namespace of its own (no root needed)
 
     @classmethod
-    def for_this_process(cls, isolation: dict[str, Any] | None) -> Sandboxing:
-        """Every layer this process can build: all of them as root, the rank-side ones otherwise."""
+    def for_this_process(cls, isolation: dict[str, Any] | None, rootless: bool = False) -> Sandboxing:
+        """Every layer this process can build: all of them as root; rootless (where unprivileged user
+        namespaces work) the group's namespaces and capture; the rank-side ones otherwise."""
+        if isolation is not None and rootless and os.geteuid() != 0:
+            return cls(isolation, network=True, pid_namespace=True, rootless=True)
         if isolation is None or os.geteuid() != 0:
             return cls(isolation)
         from grader.sandbox import slots
@@ -106,7 +110,8 @@ class Sandboxing:
         if self.isolation is None:
             return {}
         need_root = "off: needs root"
-        cgroups = need_root if self.cgroups is None else (self.cgroups.off or "on")
+        no_cgroup = "off: needs root (a rootless run has no cgroup delegated to it)" if self.rootless else need_root
+        cgroups = no_cgroup if self.cgroups is None else (self.cgroups.off or "on")
         return {
             "zygote": "on",
             "pid_namespace": "on" if self.pid_namespace else need_root,
@@ -232,7 +237,7 @@ class RankGroup:
         layers = sb.layers()
         if sb.network:
             try:
-                self._network = netns.loopback_namespace()
+                self._network = netns.loopback_namespace(rootless=sb.rootless)
                 self._capture = Capture(self._network.capture)
             except OSError as exc:
                 layers["measured_traffic"] = f"off: {exc}"
@@ -258,8 +263,11 @@ class RankGroup:
             ranks.append({"scratch": str(scratch), "uid": uid, "gid": uid, "cgroups": cgroups})
         self._report, report_w = os.pipe()
         theirs.append(report_w)
+        owned = len(theirs)  # the namespace descriptors that follow stay the GroupNetwork's
         if self._network is not None:
             theirs.append(self._network.netns)
+            if self._network.userns is not None:
+                theirs.append(self._network.userns)
         request = GroupRequest(
             world_size=self.world_size,
             store=str(self._dir / "store"),
@@ -269,6 +277,7 @@ class RankGroup:
             isolation=sb.isolation,
             pid_namespace=sb.pid_namespace,
             netns=self._network is not None,
+            userns=self._network is not None and self._network.userns is not None,
             student=self.student,
         )
         try:
@@ -277,7 +286,7 @@ class RankGroup:
             self.close()
             raise GroupStartError(str(exc)) from exc
         finally:
-            for fd in theirs[: len(theirs) - (self._network is not None)]:
+            for fd in theirs[:owned]:
                 os.close(fd)
         for rk in self._ranks:
             for fd in (rk.control, rk.result, rk.output, rk.stacks):
