@@ -74,7 +74,13 @@ class MatrixSession:
         self.mode = portable.decide(config.runtime)
         self.zygote: Zygote | None = None  # the portable runtime spawns its ranks: no zygote, no sandbox
         self.sandboxing: Sandboxing | None = None
-        if not self.mode.portable:
+        self.pool: portable.WorkerPool | None = None
+        if self.mode.portable:
+            capacity = portable.pool_capacity(max(case.world_size for case in self.pack.cases()))
+            self.pool = portable.WorkerPool(
+                capacity, self.sandbox, self.pack.bodies, self.pack.search_path, self.student
+            )
+        else:
             # starts importing torch while this process does the same
             self.zygote = Zygote(self.pack.bodies, self.pack.search_path)
             self.sandboxing = Sandboxing.for_this_process(self._isolation(), rootless=self.mode.name == "rootless")
@@ -201,9 +207,9 @@ class MatrixSession:
         from grader.runtimes.torchdist.launcher import RankGroup
         from grader.runtimes.torchdist.portable import PortableGroup
 
-        if self.zygote is None or self.sandboxing is None:
-            bodies, path = self.pack.bodies, self.pack.search_path
-            return PortableGroup(world_size, self.sandbox, self.limits, bodies, path, self.student)
+        if self.pool is not None:
+            return PortableGroup(world_size, self.limits, self.pool)
+        assert self.zygote is not None and self.sandboxing is not None
         return RankGroup(world_size, self.sandbox, self.limits, self.zygote, self.sandboxing, self.student)
 
     def _calibrate(self, group: Any) -> float | None:
@@ -249,6 +255,8 @@ class MatrixSession:
         for group in self.groups.values():
             if group.alive:
                 group.close()
+        if self.pool is not None:
+            self.pool.close()
         if self.zygote is not None:
             self.zygote.close()
         if self.sandboxing is not None:

@@ -136,6 +136,19 @@ class IsolationConfig:
     keep_fds: tuple[int, ...] = ()  # descriptors above 2 the rank needs (pipes); others are reported
 
 
+def in_user_namespace() -> bool:
+    """Is this process in a user namespace other than the host's?  (The initial namespace maps every uid.)"""
+    try:
+        with open("/proc/self/uid_map") as f:
+            return f.read().split() != ["0", "0", "4294967295"]
+    except OSError:
+        return False
+
+
+def _euid() -> int:
+    return os.geteuid() if hasattr(os, "geteuid") else -1  # Windows has no uids: never root
+
+
 @dataclass
 class _State:
     """What :func:`prepare` did, for :func:`enter` to finish and report (one per rank process)."""
@@ -143,10 +156,10 @@ class _State:
     network: str = NETWORK_OFF
     filesystem: str = "off: prepare() was not called before init_process_group"
     ipc: str = "off: prepare() was not called before init_process_group"
-    host_uid: int = field(default_factory=os.getuid)  # the uid outside any user namespace
-    root: bool = field(default_factory=lambda: os.geteuid() == 0)  # root here (maybe in a rootless user namespace)
+    host_uid: int = field(default_factory=lambda: os.getuid() if hasattr(os, "getuid") else -1)  # outside any userns
+    root: bool = field(default_factory=lambda: _euid() == 0)  # root here (maybe in a rootless user namespace)
     #: privileged on the host, not only in a user namespace: only then can the rank get a uid of its own
-    host_root: bool = field(default_factory=lambda: os.geteuid() == 0 and not in_user_namespace())
+    host_root: bool = field(default_factory=lambda: _euid() == 0 and not in_user_namespace())
 
 
 _state = _State()
@@ -510,15 +523,6 @@ def _only_loopback() -> bool:
     of whoever mounted it)."""
     try:
         return [name for _, name in socket.if_nameindex()] == ["lo"]
-    except OSError:
-        return False
-
-
-def in_user_namespace() -> bool:
-    """Is this process in a user namespace other than the host's?  (The initial namespace maps every uid.)"""
-    try:
-        with open("/proc/self/uid_map") as f:
-            return f.read().split() != ["0", "0", "4294967295"]
     except OSError:
         return False
 

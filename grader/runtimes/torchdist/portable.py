@@ -47,7 +47,7 @@ from grader.runtimes.torchdist.launcher import (
     _CappedOutput,
     clean,
 )
-from grader.runtimes.torchdist.portable_rank import LOOPBACK, PortableSetup, main
+from grader.runtimes.torchdist.portable_rank import LOOPBACK, WorkerSetup, main
 from grader.sandbox import wire
 from grader.sandbox.status import StatusSlot
 
@@ -55,6 +55,7 @@ ADVISORY = "advisory; the instructor's run is the grade of record"
 #: Environment a spawned rank keeps: what Python and the OS need to start, nothing of the grader's.
 KEEP_ENV = ("PATH", "SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "TEMP", "TMP", "LANG", "LC_ALL", "PATHEXT", "COMSPEC")
 DEADLOCK_POLL_S = 0.25
+SPAWN_S = 90.0  # added to a group's start budget while a worker still imports torch (a loaded laptop)
 
 
 @dataclass(frozen=True)
@@ -152,62 +153,124 @@ def _scrubbed_environment() -> Any:
 
 @dataclass
 class _Rank:
+    """One spawned worker process and the session's ends of its connections."""
+
     process: Any  # multiprocessing's SpawnProcess
     channel: Any  # Connection: frames both ways
     output: Any  # Connection: the rank's stdout and stderr
     watch: Any  # Connection: the watchdog
+    fresh: bool = True  # still importing torch: its first group may take longer to start
+
+    def kill(self) -> None:
+        for conn in (self.channel, self.output, self.watch):
+            with contextlib.suppress(OSError):
+                conn.close()
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5.0)
+
+
+class WorkerPool:
+    """The session's spawned rank processes.  Starting one costs a torch import (seconds), so a worker
+    whose group ended clean (the condition under which a forked group serves its next case) joins the
+    next group instead of dying, and at most ``capacity`` workers live at once: a group that needs
+    more takes them from the least recently used idle groups (a bound a laptop's memory needs, too)."""
+
+    def __init__(
+        self, capacity: int, sandbox: Path, bodies: str, search_path: tuple[str, ...], student: dict[str, Any]
+    ):
+        self.capacity = capacity
+        self.setup = WorkerSetup(str(sandbox), bodies, search_path, student)
+        self.idle: list[_Rank] = []
+        self.groups: list[PortableGroup] = []  # live groups, least recently used first
+        self.spawned = 0  # workers started over the session (for the record: each is a torch import)
+        with _scrubbed_environment():  # all at once, while the session is still starting
+            self.idle = [self._spawn() for _ in range(capacity)]
+
+    def take(self, n: int, group: PortableGroup) -> list[_Rank]:
+        """``n`` workers for ``group``: idle ones first, then new ones, evicting idle groups for room."""
+        self.idle = [w for w in self.idle if w.process.is_alive()]
+        busy = sum(len(g.ranks) for g in self.groups)
+        for other in list(self.groups):
+            if len(self.idle) + max(self.capacity - busy - len(self.idle), 0) >= n:
+                break
+            busy -= len(other.ranks)
+            other.close()  # its workers come back idle
+        workers = self.idle[:n]
+        self.idle = self.idle[n:]
+        with _scrubbed_environment():
+            workers += [self._spawn() for _ in range(n - len(workers))]
+        self.groups.append(group)
+        return workers
+
+    def used(self, group: PortableGroup) -> None:
+        """``group`` ran a case: it is the most recently used."""
+        if group in self.groups:
+            self.groups.remove(group)
+            self.groups.append(group)
+
+    def give_back(self, group: PortableGroup, workers: list[_Rank], reusable: bool) -> None:
+        if group in self.groups:
+            self.groups.remove(group)
+        for worker in workers:
+            if reusable and worker.process.is_alive():
+                worker.fresh = False
+                self.idle.append(worker)
+            else:
+                worker.kill()
+
+    def close(self) -> None:
+        for group in list(self.groups):
+            group.close()
+        for worker in self.idle:
+            worker.kill()
+        self.idle = []
+
+    def _spawn(self) -> _Rank:
+        ctx = multiprocessing.get_context("spawn")
+        channel, theirs = ctx.Pipe(duplex=True)
+        out_r, out_w = ctx.Pipe(duplex=False)
+        watch, their_watch = ctx.Pipe(duplex=True)
+        process = ctx.Process(target=main, args=(self.setup, theirs, out_w, their_watch), daemon=True)
+        process.start()
+        for end in (theirs, out_w, their_watch):
+            end.close()
+        self.spawned += 1
+        return _Rank(process, channel, out_r, watch)
 
 
 class PortableGroup:
     """A group of spawned ranks: ``launcher.RankGroup``'s interface, without the Linux sandbox."""
 
-    def __init__(
-        self,
-        world_size: int,
-        sandbox: Path,
-        limits: Limits,
-        bodies: str,
-        search_path: tuple[str, ...],
-        student: dict[str, Any],
-    ) -> None:
+    def __init__(self, world_size: int, limits: Limits, pool: WorkerPool) -> None:
         self.world_size = world_size
-        self.sandbox = sandbox
         self.limits = limits
-        self.bodies = bodies
-        self.search_path = search_path
-        self.student = student
+        self.pool = pool
         self.layers: dict[str, str] = {}
         self.alive = False
-        self._ranks: list[_Rank] = []
+        self.ranks: list[_Rank] = []
         self._ready_layers: dict[int, dict[str, str]] = {}  # what each rank's ready frame reports
         self._dir = Path(tempfile.mkdtemp(prefix=f"grader-ws{world_size}-"))
 
     def start(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        with _scrubbed_environment():
-            for r in range(self.world_size):
-                channel, theirs = ctx.Pipe(duplex=True)
-                out_r, out_w = ctx.Pipe(duplex=False)
-                watch, their_watch = ctx.Pipe(duplex=True)
-                setup = PortableSetup(
-                    r,
-                    self.world_size,
-                    str(self._dir / "store"),
-                    str(self.sandbox),
-                    str(self._dir / f"rank{r}"),
-                    self.bodies,
-                    self.search_path,
-                    self.student,
-                )
-                process = ctx.Process(target=main, args=(setup, theirs, out_w, their_watch), daemon=True)
-                process.start()
-                for end in (theirs, out_w, their_watch):
-                    end.close()
-                self._ranks.append(_Rank(process, channel, out_r, watch))
+        self.ranks = self.pool.take(self.world_size, self)
         self.alive = True
-        run = self._exchange(None, self.limits.start_timeout_s)
+        fresh = any(rk.fresh for rk in self.ranks)
+        joins = [
+            wire.encode(
+                {
+                    "op": "join",
+                    "rank": r,
+                    "world_size": self.world_size,
+                    "store": str(self._dir / "store"),
+                    "scratch": str(self._dir / f"rank{r}"),
+                }
+            )
+            for r in range(self.world_size)
+        ]
+        run = self._exchange(joins, self.limits.start_timeout_s + (SPAWN_S if fresh else 0), expect="ready")
         if any(rep.status != "ready" for rep in run.ranks):
-            self.close()
+            self.close(reusable=False)
             failed = [rep for rep in run.ranks if rep.status != "ready"]
             reason = "; ".join(f"rank {rep.rank}: {rep.message or rep.status}" for rep in failed[:3])
             tail = run.output.splitlines()[-5:]
@@ -215,18 +278,13 @@ class PortableGroup:
         for layers in self._ready_layers.values():
             self.layers.update(layers)
 
-    def close(self) -> None:
-        """End every rank (a spawned rank has no init to take its children: its own are its business,
-        and the process is killed); remove the group's files."""
-        for rk in self._ranks:
-            for conn in (rk.channel, rk.output, rk.watch):
-                with contextlib.suppress(OSError):
-                    conn.close()
-            if rk.process.is_alive():
-                rk.process.kill()
-        for rk in self._ranks:
-            rk.process.join(5.0)
-        self._ranks = []
+    def close(self, reusable: bool = True) -> None:
+        """End the group: its workers go back to the pool when it ended clean (every case so far was
+        clean, or it would already be closed), else they are killed (a spawned rank has no init to
+        take its children: they are its own business, and the process is killed)."""
+        if self.alive:
+            self.pool.give_back(self, self.ranks, reusable)
+        self.ranks = []
         self.alive = False
         shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -240,19 +298,19 @@ class PortableGroup:
     def run_case(self, header: dict[str, Any], inputs: list[dict[str, torch.Tensor]], timeout_s: float) -> CaseRun:
         header = {"op": "case", **header, "t0": time.monotonic()}
         frames = [wire.encode(header, inputs[r]) for r in range(self.world_size)]
-        run = self._exchange(frames, timeout_s)
+        self.pool.used(self)
+        run = self._exchange(frames, timeout_s, expect="case")
         if not clean(run):
-            self.close()
+            self.close(reusable=False)
         return run
 
-    def _exchange(self, frames: list[bytes] | None, timeout_s: float) -> CaseRun:
-        """Send each rank its frame (None: wait for "ready") and collect one reply per rank, or stop."""
+    def _exchange(self, frames: list[bytes], timeout_s: float, expect: str) -> CaseRun:
+        """Send each rank its frame and collect one reply per rank (``expect``: "ready" or "case"), or stop."""
         t0 = time.monotonic()
         n = self.world_size
-        if frames is not None:
-            for rk, frame in zip(self._ranks, frames, strict=True):
-                # a thread per rank: a rank that never reads must not block the session
-                threading.Thread(target=_send, args=(rk.channel, frame), daemon=True).start()
+        for rk, frame in zip(self.ranks, frames, strict=True):
+            # a thread per rank: a rank that never reads must not block the session
+            threading.Thread(target=_send, args=(rk.channel, frame), daemon=True).start()
         limit = (self.limits.max_result_mb << 20) + wire.MAX_HEADER_BYTES + 1024
         reports: list[RankReport | None] = [None] * n
         output = _CappedOutput(self.limits.output_kb << 10)
@@ -260,16 +318,16 @@ class PortableGroup:
         last_poll, previous = t0, None
         while any(rep is None for rep in reports):
             waiting = [r for r in range(n) if reports[r] is None]
-            objects = [rk.output for rk in self._ranks] + [self._ranks[r].channel for r in waiting]
-            objects += [self._ranks[r].process.sentinel for r in waiting]
+            objects = [rk.output for rk in self.ranks] + [self.ranks[r].channel for r in waiting]
+            objects += [self.ranks[r].process.sentinel for r in waiting]
             ready = multiprocessing.connection.wait(objects, timeout=0.02)
-            for r, rk in enumerate(self._ranks):
+            for r, rk in enumerate(self.ranks):
                 if rk.output in ready:
                     output.feed(r, _drain(rk.output))
             for r in waiting:
-                rk = self._ranks[r]
+                rk = self.ranks[r]
                 if rk.channel in ready or rk.process.sentinel in ready:
-                    reports[r] = self._reply(r, limit, expect="case" if frames is not None else "ready")
+                    reports[r] = self._reply(r, limit, expect)
             now = time.monotonic()
             if failed_at is None and any(rep is not None and rep.status not in ("ok", "ready") for rep in reports):
                 failed_at = now
@@ -279,7 +337,7 @@ class PortableGroup:
                 hang = "timeout"
                 break
             waiting = [r for r in range(n) if reports[r] is None]
-            if frames is not None and waiting and now - last_poll > DEADLOCK_POLL_S:
+            if expect == "case" and waiting and now - last_poll > DEADLOCK_POLL_S:
                 last_poll = now
                 where = self._where(waiting, with_stack=False)
                 previous, hang = _deadlock(where, previous, now, self.limits.deadlock_after_s)
@@ -302,13 +360,13 @@ class PortableGroup:
                     if isinstance(cpu, int | float) and elapsed > 0:
                         rep.cpu_percent = round(100 * cpu / elapsed)
             final.append(rep)
-        for r, rk in enumerate(self._ranks):
+        for r, rk in enumerate(self.ranks):
             output.feed(r, _drain(rk.output))
         return CaseRun(final, time.monotonic() - t0, hang, output.text(), output.truncated)
 
     def _reply(self, r: int, limit: int, expect: str) -> RankReport:
         """The rank's reply frame, or how it ended when its channel closed without one."""
-        rk = self._ranks[r]
+        rk = self.ranks[r]
         try:
             if rk.channel.poll():
                 data = rk.channel.recv_bytes(limit)
@@ -336,8 +394,8 @@ class PortableGroup:
         asked = {}
         for r in ranks:
             with contextlib.suppress(OSError):
-                self._ranks[r].watch.send_bytes(b"stack" if with_stack else b"where")
-                asked[self._ranks[r].watch] = r
+                self.ranks[r].watch.send_bytes(b"stack" if with_stack else b"where")
+                asked[self.ranks[r].watch] = r
         answers: dict[int, dict[str, Any]] = {}
         deadline = time.monotonic() + STACK_WAIT_S
         while asked and time.monotonic() < deadline:
@@ -382,3 +440,10 @@ def _drain(conn: Any) -> bytes:
             chunks.append(chunk)
             total += len(chunk)
     return b"".join(chunks)
+
+
+def pool_capacity(max_world_size: int) -> int:
+    """Workers alive at once: as many as the largest group has ranks.  Each worker costs a torch import
+    (about 1.6 s of CPU) and a regroup costs a Gloo rendezvous (about 50 ms), so a matrix that alternates
+    world sizes is cheapest with the fewest workers (A9: 8 torch-loaded processes, not 36)."""
+    return max_world_size

@@ -39,14 +39,12 @@ WATCH_STACK_BYTES = 1 << 16
 
 
 @dataclass(frozen=True)
-class PortableSetup:
-    """Everything a spawned rank is told (pickled by ``multiprocessing``: plain data only)."""
+class WorkerSetup:
+    """What a spawned rank is told once (pickled by ``multiprocessing``: plain data only).  Which
+    group it joins, with which rank, comes later in a ``join`` frame: a worker whose group ended
+    clean serves the next group (see ``portable.WorkerPool``)."""
 
-    rank: int
-    world_size: int
-    store_path: str  # the group's FileStore: no port is guessed, and it works on every OS
     sandbox: str
-    scratch: str  # the rank's cwd, HOME and TMPDIR
     bodies: str  # the pack's rank-side module
     search_path: tuple[str, ...]  # where a pack that is not installed lives
     student: dict[str, Any]  # rank.StudentConfig fields
@@ -66,7 +64,7 @@ class WatchedStatus:
         return self.state, self.seq, self.text
 
 
-def main(setup: PortableSetup, channel: Any, output: Any, watch: Any) -> None:
+def main(setup: WorkerSetup, channel: Any, output: Any, watch: Any) -> None:
     """The spawned rank's entry point (``multiprocessing`` calls it).  Ends with ``os._exit``: the
     exit status says nothing but "it ended"."""
     code = 1
@@ -126,11 +124,7 @@ def _watchdog(watch: Any, status: WatchedStatus, dump: Any) -> None:
             return
 
 
-def _serve(setup: PortableSetup, channel: Any, watch: Any) -> None:
-    os.makedirs(setup.scratch, exist_ok=True)
-    os.chdir(setup.scratch)
-    os.environ.update({"TMPDIR": setup.scratch, "HOME": setup.scratch, "OMP_NUM_THREADS": "1"})
-    tempfile.tempdir = None
+def _serve(setup: WorkerSetup, channel: Any, watch: Any) -> None:
     sys.path[:0] = list(setup.search_path)
     import importlib
 
@@ -147,38 +141,69 @@ def _serve(setup: PortableSetup, channel: Any, watch: Any) -> None:
     status = WatchedStatus()
     dump = tempfile.TemporaryFile()  # noqa: SIM115 - the watchdog's, for the process's life
     threading.Thread(target=_watchdog, args=(watch, status, dump), daemon=True, name="grader-watchdog").start()
-    store = dist.FileStore(setup.store_path, setup.world_size)
-    dist.init_process_group(
-        "gloo",
-        store=store,
-        rank=setup.rank,
-        world_size=setup.world_size,
-        timeout=datetime.timedelta(seconds=120),
-    )
     student_cfg = rank.StudentConfig(**setup.student)
-    rank_guard = guard.install(setup.rank, setup.sandbox, status.set, student_cfg)
-    layers = {"audit_hooks": audit.install()}
-    sys.path.append(setup.sandbox)  # appended: the student's package never shadows site-packages
-    student = rank.Student(setup.sandbox, status, student_cfg, rank_guard.stand_ins)  # type: ignore[arg-type]
-    case_setup = rank.RankSetup(
-        setup.rank, setup.world_size, setup.store_path, setup.sandbox, (), None, bodies, student_cfg
-    )
+    rank_guard: guard.Guard | None = None
+    layers: dict[str, str] = {}
     cases = rank._StudentThread()  # the same one thread student code runs on as in the full runtime
-    channel.send_bytes(wire.encode({"status": "ready", "isolation": layers, "connections": []}))
     reader = wire.FrameReader(max_bytes=MAX_CONTROL_FRAME)
+    student = case_setup = None
     while True:
         try:
             frames = reader.feed(channel.recv_bytes())
         except (EOFError, OSError):
-            return  # the session closed the channel: the group is over
-        if not frames or frames[0].header.get("op") not in ("case", "calibrate"):
+            return  # the session closed the channel: this worker is done
+        op = frames[0].header.get("op") if frames else None
+        if op == "join":
+            head = frames[0].header
+            _join(head, dist, setup.sandbox)
+            if rank_guard is None:  # once per process, before any student code
+                rank_guard = guard.install(int(head["rank"]), setup.sandbox, status.set, student_cfg)
+                layers["audit_hooks"] = audit.install()
+                sys.path.append(setup.sandbox)  # appended: the student's package never shadows site-packages
+            rank_guard.rank = int(head["rank"])
+            student = rank.Student(setup.sandbox, status, student_cfg, rank_guard.stand_ins)  # type: ignore[arg-type]
+            r, ws, store = int(head["rank"]), int(head["world_size"]), str(head["store"])
+            case_setup = rank.RankSetup(r, ws, store, setup.sandbox, (), None, bodies, student_cfg)
+            channel.send_bytes(wire.encode({"status": "ready", "isolation": layers, "connections": []}))
+            continue
+        if op not in ("case", "calibrate") or rank_guard is None:
             return
         frame = frames[0]
         status.case_cpu = time.process_time()
         status.set(StatusSlot.RUNNING, "")
-        if frame.header["op"] == "calibrate":
+        if op == "calibrate":
             reply = rank._calibrate(frame, rank_guard)
         else:
             reply = cases.run(rank._run_case, frame, student, rank_guard, case_setup)
         status.set(StatusSlot.DONE, "")
         channel.send_bytes(reply)
+
+
+def _join(head: dict[str, Any], dist: Any, sandbox: str) -> None:
+    """Leave the group this worker served (its case ended clean, or it would have been killed) and
+    forget the student's modules, so that the new group imports them afresh, as a forked rank would;
+    then join the new group through its FileStore."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+        _forget_student_modules(sandbox)
+    scratch = str(head["scratch"])
+    os.makedirs(scratch, exist_ok=True)
+    os.chdir(scratch)
+    os.environ.update({"TMPDIR": scratch, "HOME": scratch})
+    tempfile.tempdir = None
+    ws = int(head["world_size"])
+    dist.init_process_group(
+        "gloo",
+        store=dist.FileStore(str(head["store"]), ws),
+        rank=int(head["rank"]),
+        world_size=ws,
+        timeout=datetime.timedelta(seconds=120),
+    )
+
+
+def _forget_student_modules(sandbox: str) -> None:
+    """Every module of the submission (by its top-level name in the sandbox), placeholders included."""
+    tops = {name.split(".")[0] for name in os.listdir(sandbox)}
+    for name in list(sys.modules):
+        if name.split(".")[0] in tops:
+            del sys.modules[name]
