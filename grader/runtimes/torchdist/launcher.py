@@ -644,7 +644,7 @@ class _Window:
         return elapsed > after_s and cpu_s < 0.1 * elapsed and self.runnable * 2 < self.samples
 
 
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # Windows: the portable runtime
 
 
 def _activity(pid: int) -> tuple[int, bool]:
