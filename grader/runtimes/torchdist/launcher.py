@@ -116,12 +116,19 @@ class Sandboxing:
             "zygote": "on",
             "pid_namespace": "on" if self.pid_namespace else need_root,
             "cgroup": cgroups,
-            "measured_traffic": "on" if self.network else need_root,
+            "measured_traffic": (ROOTLESS_CAPTURE if self.rootless else "on") if self.network else need_root,
         }
 
     def close(self) -> None:
         if self.slot is not None:
             self.slot.release()
+
+
+#: Without root the kernel caps a socket's receive buffer at net.core.rmem_max (SO_RCVBUFFORCE needs root).
+ROOTLESS_CAPTURE = (
+    "on: rootless; the capture's buffer is capped at net.core.rmem_max, so a case whose traffic overflows it "
+    "is counted from the ranks' own records (a lost measurement, never a verdict)"
+)
 
 
 class Zygote:
