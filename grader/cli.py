@@ -14,6 +14,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from grader import __version__
 from grader.errors import GraderError, UserError
@@ -94,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--force", action="store_true", help="regrade even when a cached result exists")
     batch.add_argument("--timeout", type=float, default=900.0, help="seconds per submission")
 
+    add_repro_command(sub)
+
     rescore = sub.add_parser("rescore", help="score finished gradings again under a changed rubric (no code runs)")
     rescore.add_argument("dirs", type=Path, nargs="+", help="`grader grade --out` directories, rewritten in place")
     add_rubric_options(rescore)
@@ -120,6 +123,14 @@ def add_student_loop_options(grade: argparse.ArgumentParser) -> None:
         default=None,
         help="only the cases whose id matches EXPR (pytest's -k grammar, e.g. 'allreduce and ws4'); a partial score",
     )
+
+
+def add_repro_command(sub: Any) -> None:
+    """``grader repro CASE_ID``: a visible case as a standalone script (``grader.repro``)."""
+    repro = sub.add_parser("repro", help="write a script that reproduces one visible case, to debug in an IDE")
+    repro.add_argument("case_id", help="a case id as `grader grade` prints it, e.g. 'test_allreduce[ws3-float64-7]'")
+    repro.add_argument("--out", type=Path, default=None, help="the script to write (default: repro_<case>.py)")
+    add_rubric_options(repro)
 
 
 def add_rubric_options(parser: argparse.ArgumentParser) -> None:
@@ -218,6 +229,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from grader import batch
 
         return batch.main(args)
+    if args.command == "repro":
+        from grader import repro
+
+        return repro.main(args)
     if args.command == "rescore":
         from grader import rescore
 

@@ -84,6 +84,7 @@ def grade(
             total_timeout_s=limits.total_timeout_s,
             only=only,
             runtime=runtime,
+            partial=only is not None,
         )
         timings["matrix"] = time.monotonic() - t
         t = time.monotonic()

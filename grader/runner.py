@@ -29,6 +29,7 @@ from grader.pipeline import SALT_ENV
 from grader.results import Verdict
 
 MAX_ROUNDS = 4
+NOT_SELECTED = "not selected for this run (grader grade -k): the score is partial"
 STOP_GRACE_S = 10.0
 
 
@@ -55,8 +56,10 @@ def run_matrix(
     total_timeout_s: float = 600.0,
     only: list[str] | None = None,
     runtime: str = "auto",
+    partial: bool = False,
 ) -> MatrixRun:
-    """Run every case of ``pack`` (or the ``only`` ones) and return the merged JUnit file in ``workdir``.
+    """Run every case of ``pack`` (or the ``only`` ones) and return the merged JUnit file in ``workdir``;
+    ``partial`` (``grader grade -k``): the cases left out are in it too, as ``not_run``.
     ``policy`` is the rubric's ``policy.allow`` (``Policy.to_dict``)."""
     assignment = load_pack(pack)
     runtimes.require(assignment.runtime, assignment.id)
@@ -107,7 +110,9 @@ def run_matrix(
             f.write(json.dumps({"case": todo[0], "verdict": Verdict.CRASH.value}) + "\n")
         decided = done + [name for name, _, _ in synthetic]
     merged = workdir / "junit.xml"
-    _merge(rounds, synthetic, everything, merged, assignment)
+    unselected = [name for name in _case_names(assignment, None) if name not in everything] if partial else []
+    synthetic += [(name, NOT_SELECTED, Verdict.NOT_RUN) for name in unselected]
+    _merge(rounds, synthetic, everything + unselected, merged, assignment)
     report = workdir / "isolation.json"
     layers = json.loads(report.read_text()) if report.exists() else {}
     return MatrixRun(merged, time.monotonic() - t0, len(rounds), layers, log[-4000:])

@@ -47,6 +47,6 @@ class _Matcher:
 def partial_note(expression: str, chosen: int, rubric: Rubric) -> str:
     """What every output says about a selected run."""
     return (
-        f"Partial score: only the {chosen} of {len(rubric.case_ids)} cases matching -k {expression!r} ran; "
-        "every other case counts as not run. Run `grader grade .` without -k for your real score."
+        f"Partial score: {chosen} of {len(rubric.case_ids)} cases ran (-k {expression!r}), the rest are not_run; "
+        "grade without -k for your real score."
     )
