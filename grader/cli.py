@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--timeout", type=float, default=900.0, help="seconds per submission")
 
     add_repro_command(sub)
+    annotate = sub.add_parser("annotate", help="GitHub workflow annotations (::error file=...) from a results.json")
+    annotate.add_argument("results", type=Path, help="the results.json of a grading")
 
     rescore = sub.add_parser("rescore", help="score finished gradings again under a changed rubric (no code runs)")
     rescore.add_argument("dirs", type=Path, nargs="+", help="`grader grade --out` directories, rewritten in place")
@@ -229,6 +231,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from grader import batch
 
         return batch.main(args)
+    if args.command == "annotate":
+        from grader.render import workflow
+
+        return workflow.main(args)
     if args.command == "repro":
         from grader import repro
 
