@@ -149,7 +149,10 @@ def _run(operation: str, spec: dict[str, Any], timeout: float) -> dict[str, Any]
             raise _Failed(f"no answer within {timeout:g} s") from None
         finally:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+                if hasattr(os, "killpg"):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                else:  # Windows: no process groups to signal; the child itself
+                    proc.kill()
             proc.wait()
     try:
         answer = json.loads(out)

@@ -182,6 +182,9 @@ def _session(config: MatrixConfig, test_file: Path, workdir: Path, junit: Path, 
 def _stop(proc: subprocess.Popen[bytes]) -> int:
     """End the session: SIGTERM lets it close its groups (namespaces, cgroups, files), then SIGKILL.
     Whatever it leaves dies with it: the zygote and every group's leader have it as PDEATHSIG."""
+    if not hasattr(os, "killpg"):  # Windows: no process group; the session's ranks watch it and exit
+        proc.kill()
+        return proc.wait()
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)

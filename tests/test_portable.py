@@ -163,6 +163,25 @@ def test_the_grader_imports_where_fcntl_and_resource_do_not_exist() -> None:
     assert done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
+def test_intake_without_descriptor_walks_still_refuses_every_link(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Windows has no dir_fd, O_NOFOLLOW or O_DIRECTORY: the path-checked intake refuses links alike."""
+    from tests.test_intake import grab, write_tree
+
+    monkeypatch.setattr(os, "supports_dir_fd", set())
+    monkeypatch.setattr(os, "supports_follow_symlinks", set())
+    secret = write_tree(tmp_path / "reference", {"collectives.py": b"SECRET", "transformer.py": b"SECRET"})
+    sub = write_tree(tmp_path / "sub", {"written_answers_task1.md": b"answers", "src/collectives.py": b"X = 1\n"})
+    (sub / "src" / "transformer.py").symlink_to(secret / "transformer.py")
+    (sub / "all_to_all_schematic.png").symlink_to(secret / "collectives.py")
+    intake = grab(sub, tmp_path / "sandbox")
+    assert (intake.sandbox / "src" / "collectives.py").read_text() == "X = 1\n"
+    assert "SECRET" not in "".join(p.read_text() for p in intake.sandbox.rglob("*") if p.is_file())
+    assert "src/transformer.py is a symlink: refused" in intake.problems
+    assert "all_to_all_schematic.png is a symlink: refused" in intake.problems
+
+
 # --------------------------------------------------------------------------- hangs without /proc
 
 

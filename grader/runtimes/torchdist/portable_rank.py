@@ -103,12 +103,13 @@ def _redirect_output(output: Any) -> None:
 
 
 def _watchdog(watch: Any, status: WatchedStatus, dump: Any) -> None:
-    """Answers the session's "where" while the student's thread runs (or hangs)."""
+    """Answers the session's "where" while the student's thread runs (or hangs); ends the process when
+    the session's end closes (the portable stand-in for PDEATHSIG)."""
     while True:
         try:
             request = watch.recv_bytes(64)
         except (EOFError, OSError):
-            return
+            os._exit(1)  # the session is gone (on any OS): so is this rank, whatever its student thread does
         state, seq, text = status.get()
         answer = {"state": state, "seq": seq, "text": text[:256], "cpu_s": time.process_time() - status.case_cpu}
         if request == b"stack":  # the case is over: where every thread is, for the hang's message
