@@ -5,10 +5,15 @@ on, no namespaces, no ``/proc``), a rank is a fresh interpreter the session star
 ``multiprocessing``'s spawn context, in a scrubbed environment (no salt, no config path), and
 talks to the session over three ``multiprocessing`` connections, which work on every OS:
 
-``channel``   session -> rank case frames, rank -> session reply frames (``grader.sandbox.wire``)
+``channel``   session -> rank ``join`` and case frames, rank -> session replies (``grader.sandbox.wire``)
 ``output``    the rank's stdout and stderr: file descriptors 1 and 2 are a pipe a thread forwards
 ``watch``     the watchdog: asked "where", it answers what the rank says it is doing (the guard's
-              status), the CPU seconds of the current case, and a faulthandler dump of every thread
+              status) and the CPU seconds of the current case; asked "stack", a faulthandler dump
+              of every thread too.  When the session's end closes, the rank exits.
+
+A worker is not bound to one group: a ``join`` frame names its rank, world size and FileStore, and a
+worker whose group ended clean leaves it and joins the next (``portable.WorkerPool``), its student
+modules forgotten first, so that a torch import is paid once per worker, not once per rank of a group.
 
 It never holds an expected value or the salt: a case frame carries only inputs, and the verdict is
 decided by the session, as in the full runtime (the case loop itself is ``rank``'s).  What differs
