@@ -14,6 +14,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from grader import __version__
 from grader.errors import GraderError, UserError
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=argparse.SUPPRESS,
     )
     grade.add_argument("--jobs", type=int, default=None, help=argparse.SUPPRESS)
+    add_student_loop_options(grade)
 
     check = sub.add_parser("check", help="static policy check only (no code is run)")
     check.add_argument("submission", nargs="?", default=".")
@@ -93,12 +95,44 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--force", action="store_true", help="regrade even when a cached result exists")
     batch.add_argument("--timeout", type=float, default=900.0, help="seconds per submission")
 
+    add_repro_command(sub)
+    annotate = sub.add_parser("annotate", help="GitHub workflow annotations (::error file=...) from a results.json")
+    annotate.add_argument("results", type=Path, help="the results.json of a grading")
+
     rescore = sub.add_parser("rescore", help="score finished gradings again under a changed rubric (no code runs)")
     rescore.add_argument("dirs", type=Path, nargs="+", help="`grader grade --out` directories, rewritten in place")
     add_rubric_options(rescore)
     rescore.add_argument("--manual", type=Path, default=None, help="CSV or YAML of manual item scores, by dir name")
     rescore.add_argument("--deadline", default=None, help=f"overrides the rubric's deadline ({TIME_HELP})")
     return parser
+
+
+def add_student_loop_options(grade: argparse.ArgumentParser) -> None:
+    """``--isolation`` and ``-k``: how a student's machine runs the ranks, and which cases."""
+    from grader.runtimes import ISOLATION_MODES
+
+    grade.add_argument(
+        "--isolation",
+        choices=ISOLATION_MODES,
+        default="auto",
+        help="auto: the Linux sandbox where it can be built (root: full; else rootless), the portable runtime "
+        "elsewhere; portable: spawned ranks on any OS (advisory)",
+    )
+    grade.add_argument(
+        "-k",
+        dest="keyword",
+        metavar="EXPR",
+        default=None,
+        help="only the cases whose id matches EXPR (pytest's -k grammar, e.g. 'allreduce and ws4'); a partial score",
+    )
+
+
+def add_repro_command(sub: Any) -> None:
+    """``grader repro CASE_ID``: a visible case as a standalone script (``grader.repro``)."""
+    repro = sub.add_parser("repro", help="write a script that reproduces one visible case, to debug in an IDE")
+    repro.add_argument("case_id", help="a case id as `grader grade` prints it, e.g. 'test_allreduce[ws3-float64-7]'")
+    repro.add_argument("--out", type=Path, default=None, help="the script to write (default: repro_<case>.py)")
+    add_rubric_options(repro)
 
 
 def add_rubric_options(parser: argparse.ArgumentParser) -> None:
@@ -197,6 +231,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         from grader import batch
 
         return batch.main(args)
+    if args.command == "annotate":
+        from grader.render import workflow
+
+        return workflow.main(args)
+    if args.command == "repro":
+        from grader import repro
+
+        return repro.main(args)
     if args.command == "rescore":
         from grader import rescore
 

@@ -19,7 +19,6 @@ import contextlib
 import hashlib
 import json
 import os
-import resource
 import signal
 import stat
 import subprocess
@@ -150,7 +149,10 @@ def _run(operation: str, spec: dict[str, Any], timeout: float) -> dict[str, Any]
             raise _Failed(f"no answer within {timeout:g} s") from None
         finally:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+                if hasattr(os, "killpg"):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                else:  # Windows: no process groups to signal; the child itself
+                    proc.kill()
             proc.wait()
     try:
         answer = json.loads(out)
@@ -182,12 +184,20 @@ class _Refusal(Exception):
 def _child() -> None:
     """Entry point of the reading process: a JSON spec on stdin, a JSON answer on stdout."""
     spec = json.loads(sys.stdin.buffer.read())
-    limits = [
-        (resource.RLIMIT_AS, spec["memory"]),
-        (resource.RLIMIT_CPU, int(spec["timeout"]) + 1),
-        (resource.RLIMIT_FSIZE, spec.get("max_fetch", 0) + spec.get("max_total", 0) + (16 << 20)),
-        (resource.RLIMIT_CORE, 0),
-    ]
+    try:
+        import resource
+    except ImportError:  # Windows: no rlimits; the reading child keeps its timeout
+        resource = None  # type: ignore[assignment]
+    limits = (
+        []
+        if resource is None
+        else [
+            (resource.RLIMIT_AS, spec["memory"]),
+            (resource.RLIMIT_CPU, int(spec["timeout"]) + 1),
+            (resource.RLIMIT_FSIZE, spec.get("max_fetch", 0) + spec.get("max_total", 0) + (16 << 20)),
+            (resource.RLIMIT_CORE, 0),
+        ]
+    )
     for which, value in limits:
         with contextlib.suppress(ValueError, OSError):  # never above a hard limit already lower
             resource.setrlimit(which, (value, value))

@@ -29,6 +29,7 @@ from grader.pipeline import SALT_ENV
 from grader.results import Verdict
 
 MAX_ROUNDS = 4
+NOT_SELECTED = "not selected for this run (grader grade -k): the score is partial"
 STOP_GRACE_S = 10.0
 
 
@@ -54,8 +55,11 @@ def run_matrix(
     layers: dict[str, str] | None = None,
     total_timeout_s: float = 600.0,
     only: list[str] | None = None,
+    runtime: str = "auto",
+    partial: bool = False,
 ) -> MatrixRun:
-    """Run every case of ``pack`` (or the ``only`` ones) and return the merged JUnit file in ``workdir``.
+    """Run every case of ``pack`` (or the ``only`` ones) and return the merged JUnit file in ``workdir``;
+    ``partial`` (``grader grade -k``): the cases left out are in it too, as ``not_run``.
     ``policy`` is the rubric's ``policy.allow`` (``Policy.to_dict``)."""
     assignment = load_pack(pack)
     runtimes.require(assignment.runtime, assignment.id)
@@ -83,6 +87,7 @@ def run_matrix(
             skip=decided + [name for name in _case_names(assignment, None) if name not in everything],
             isolation=isolation or {},
             layers=layers or {},
+            runtime=runtime,
         )
         remaining = total_timeout_s - (time.monotonic() - t0)
         code, log = _session(config, assignment.test_file, workdir, junit, remaining)
@@ -105,7 +110,9 @@ def run_matrix(
             f.write(json.dumps({"case": todo[0], "verdict": Verdict.CRASH.value}) + "\n")
         decided = done + [name for name, _, _ in synthetic]
     merged = workdir / "junit.xml"
-    _merge(rounds, synthetic, everything, merged, assignment)
+    unselected = [name for name in _case_names(assignment, None) if name not in everything] if partial else []
+    synthetic += [(name, NOT_SELECTED, Verdict.NOT_RUN) for name in unselected]
+    _merge(rounds, synthetic, everything + unselected, merged, assignment)
     report = workdir / "isolation.json"
     layers = json.loads(report.read_text()) if report.exists() else {}
     return MatrixRun(merged, time.monotonic() - t0, len(rounds), layers, log[-4000:])
@@ -175,6 +182,9 @@ def _session(config: MatrixConfig, test_file: Path, workdir: Path, junit: Path, 
 def _stop(proc: subprocess.Popen[bytes]) -> int:
     """End the session: SIGTERM lets it close its groups (namespaces, cgroups, files), then SIGKILL.
     Whatever it leaves dies with it: the zygote and every group's leader have it as PDEATHSIG."""
+    if not hasattr(os, "killpg"):  # Windows: no process group; the session's ranks watch it and exit
+        proc.kill()
+        return proc.wait()
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)

@@ -312,3 +312,45 @@ def test_ci_publishes_only_tags_and_only_there_may_write_packages():
     assert all(
         "packages" not in job.get("permissions", {}) for name, job in workflow["jobs"].items() if name != "publish"
     )
+
+
+# --- every student's machine (issue 21) -------------------------------------------------------------------
+
+PLATFORMS = ROOT / ".github" / "workflows" / "student-platforms.yml"
+
+
+def test_student_platforms_grade_on_linux_macos_and_windows_with_cpu_torch_from_pip():
+    job = load(PLATFORMS)["jobs"]["grade"]
+    assert job["strategy"]["matrix"]["os"] == ["ubuntu-latest", "macos-latest", "windows-latest"]
+    script = "\n".join(step.get("run", "") for step in job["steps"])
+    cpu = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+    assert cpu in script and script.index(cpu) < script.index("pip install .")  # never the CUDA build
+    assert "scripts/student_platforms.py" in script
+
+
+def test_student_platforms_assert_the_scores_the_linux_grade_of_record_gives():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("student_platforms", ROOT / "scripts" / "student_platforms.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.EXPECTED == [
+        ("reference/a9", "a9", 105.0),  # tests/test_pipeline.py
+        ("reference/a9-naive", "a9", 100.0),  # tests/test_without_root.py
+        ("student_template/a9", "a9", 0.0),  # tests/test_pipeline.py
+        ("reference/a4", "a4", 100.0),  # tests/test_a4_pack.py
+    ]
+
+
+def test_classroom_annotations_come_from_results_json_never_from_student_output(tmp_path):
+    step = next(s for s in classroom_job()["steps"] if s.get("name") == "Annotations")
+    assert "annotate /results.json" in step["run"] and "--network none" in step["run"]
+    env = {**github_files(tmp_path), "GRADER_IMAGE": "img"}
+    (tmp_path / "runner-temp" / "grader-out").mkdir()
+    (tmp_path / "runner-temp" / "grader-out" / "results.json").write_text("{}")
+    docker = 'printf "%s\\n" "$@" > "$RUNNER_TEMP/docker-args"\n'
+    run_script(step["run"], tmp_path, env, {"docker": docker})
+    args = (tmp_path / "runner-temp" / "docker-args").read_text().splitlines()
+    assert args[-3:] == ["img", "annotate", "/results.json"]
+    assert f"{tmp_path}/runner-temp/grader-out/results.json:/results.json:ro" in args

@@ -50,6 +50,7 @@ class MatrixConfig:
     skip: list[str] = field(default_factory=list)  # case names already decided by an earlier round
     isolation: dict[str, Any] = field(default_factory=dict)  # IsolationConfig fields, or {} for none
     layers: dict[str, str] = field(default_factory=dict)  # layers the runner reports (the salt's)
+    runtime: str = "auto"  # --isolation: auto, full or portable (``runtimes.torchdist.portable.decide``)
 
     @classmethod
     def load(cls) -> MatrixConfig:
@@ -60,6 +61,7 @@ class MatrixSession:
     def __init__(self, config: MatrixConfig) -> None:
         from grader.limits import Limits
         from grader.pack import load_pack
+        from grader.runtimes.torchdist import portable
         from grader.runtimes.torchdist.launcher import Sandboxing, Zygote, student_config
 
         self.config = config
@@ -69,15 +71,25 @@ class MatrixSession:
         self.student = student_config(self.pack, config.policy)  # what every group's ranks are told
         self.limits = Limits(**config.limits)
         self.sandbox = Path(config.sandbox)
-        # starts importing torch while this process does the same
-        self.zygote = Zygote(self.pack.bodies, self.pack.search_path)
-        self.sandboxing = Sandboxing.for_this_process(self._isolation())
+        self.mode = portable.decide(config.runtime)
+        self.zygote: Zygote | None = None  # the portable runtime spawns its ranks: no zygote, no sandbox
+        self.sandboxing: Sandboxing | None = None
+        self.pool: portable.WorkerPool | None = None
+        if self.mode.portable:
+            capacity = portable.pool_capacity(max(case.world_size for case in self.pack.cases()))
+            self.pool = portable.WorkerPool(
+                capacity, self.sandbox, self.pack.bodies, self.pack.search_path, self.student
+            )
+        else:
+            # starts importing torch while this process does the same
+            self.zygote = Zygote(self.pack.bodies, self.pack.search_path)
+            self.sandboxing = Sandboxing.for_this_process(self._isolation(), rootless=self.mode.name == "rootless")
         self.groups: dict[int, Any] = {}
         #: world size -> the group a Handoff's second step runs in: fresh ranks that run nothing else
         self.fresh_groups: dict[int, Any] = {}
         self.import_failures: dict[str, tuple[Verdict, str]] = {}
         self.start_failures: dict[int, str] = {}  # world size -> why its group could not start
-        self.layers: dict[str, str] = dict(config.layers)
+        self.layers: dict[str, str] = {**config.layers, **self.mode.layers()}
         self.failed_functions: set[str] = set()  # functions with a failing case that a stand-in may replace
         self.hung: dict[tuple[str, int], str] = {}  # (function, world size) -> the case that hung
         self.calibration: dict[int, float | None] = {}  # world size -> seconds of the calibration allreduce
@@ -197,19 +209,29 @@ class MatrixSession:
     def _group(self, groups: dict[int, Any], world_size: int) -> Any:
         """The live group of ``world_size`` in ``groups``, started (and calibrated, once per world size)
         when there is none."""
-        from grader.runtimes.torchdist.launcher import GroupStartError, RankGroup
+        from grader.runtimes.torchdist.launcher import GroupStartError
 
         if world_size in self.start_failures:  # once is enough: a grader fault does not heal
             raise GroupStartError(self.start_failures[world_size])
         group = groups.get(world_size)
         if group is None or not group.alive:
-            group = RankGroup(world_size, self.sandbox, self.limits, self.zygote, self.sandboxing, self.student)
+            group = self._new_group(world_size)
             group.start()
             groups[world_size] = group
             self.layers.update(group.layers)
             if world_size not in self.calibration:
                 self.calibration[world_size] = self._calibrate(group)
         return group
+
+    def _new_group(self, world_size: int) -> Any:
+        """A rank group of the session's runtime (both have the same interface)."""
+        from grader.runtimes.torchdist.launcher import RankGroup
+        from grader.runtimes.torchdist.portable import PortableGroup
+
+        if self.pool is not None:
+            return PortableGroup(world_size, self.limits, self.pool)
+        assert self.zygote is not None and self.sandboxing is not None
+        return RankGroup(world_size, self.sandbox, self.limits, self.zygote, self.sandboxing, self.student)
 
     def _calibrate(self, group: Any) -> float | None:
         """Seconds the runtime's own allreduce of CALIBRATION_BYTES per rank takes in this group (the
@@ -254,8 +276,12 @@ class MatrixSession:
         for group in [*self.groups.values(), *self.fresh_groups.values()]:
             if group.alive:
                 group.close()
-        self.zygote.close()
-        self.sandboxing.close()
+        if self.pool is not None:
+            self.pool.close()
+        if self.zygote is not None:
+            self.zygote.close()
+        if self.sandboxing is not None:
+            self.sandboxing.close()
         Path(self.config.isolation_report).write_text(json.dumps(self.layers, indent=1))
 
 
@@ -266,7 +292,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     global _SESSION
     from grader.sandbox.isolation import die_with_parent
 
-    die_with_parent(int(os.environ[PARENT_ENV]), signal.SIGKILL)  # the session ends with its grading
+    die_with_parent(int(os.environ[PARENT_ENV]), getattr(signal, "SIGKILL", signal.SIGTERM))  # ends with its grading
     signal.signal(signal.SIGTERM, _interrupt)  # the runner stops us: close every group on the way out
     config = MatrixConfig.load()
     _SESSION = MatrixSession(config)

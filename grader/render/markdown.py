@@ -30,7 +30,8 @@ from grader.text import valid_utf8
 STEP_SUMMARY_LIMIT = 1024 * 1024
 
 _INLINE_SPECIAL = re.compile(r"([\\`*_\[\]<>|~])")
-_LINE_START_SPECIAL = re.compile(r"^(\s*)([#>+\-=]|\d+[.)])", re.MULTILINE)
+#: ``:`` too: a line starting ``::`` would be a workflow command where this text reaches a CI log
+_LINE_START_SPECIAL = re.compile(r"^(\s*)([#>+\-=:]|\d+[.)])", re.MULTILINE)
 
 
 def render_markdown(result: GradeResult, *, details: bool = True) -> str:

@@ -11,6 +11,9 @@ own launcher and guard behind the same matrix session.
 
 from __future__ import annotations
 
+#: ``grader grade --isolation``: how the torchdist runtime starts its ranks (``torchdist.portable.decide``).
+ISOLATION_MODES = ("auto", "full", "portable")
+
 #: The runtimes this grader has.
 AVAILABLE = frozenset({"torchdist"})
 

@@ -51,17 +51,38 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-import resource
 import signal
 import site
 import socket
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-_libc = ctypes.CDLL(None, use_errno=True)
+try:
+    import resource
+except ImportError:  # Windows: the portable runtime, which reports rlimits off, never calls for it
+    resource = None  # type: ignore[assignment]
+
+
+def _load_libc() -> Any:
+    """The C library, or None where there is no ``dlopen(NULL)`` (Windows)."""
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except (OSError, TypeError):
+        return None
+
+
+_libc = _load_libc()
+
+
+def has_libc(name: str) -> bool:
+    """Does this system's C library have ``name`` (``prctl`` and ``unshare`` are Linux's alone)?"""
+    return _libc is not None and hasattr(_libc, name)
+
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -115,6 +136,19 @@ class IsolationConfig:
     keep_fds: tuple[int, ...] = ()  # descriptors above 2 the rank needs (pipes); others are reported
 
 
+def in_user_namespace() -> bool:
+    """Is this process in a user namespace other than the host's?  (The initial namespace maps every uid.)"""
+    try:
+        with open("/proc/self/uid_map") as f:
+            return f.read().split() != ["0", "0", "4294967295"]
+    except OSError:
+        return False
+
+
+def _euid() -> int:
+    return os.geteuid() if hasattr(os, "geteuid") else -1  # Windows has no uids: never root
+
+
 @dataclass
 class _State:
     """What :func:`prepare` did, for :func:`enter` to finish and report (one per rank process)."""
@@ -122,8 +156,10 @@ class _State:
     network: str = NETWORK_OFF
     filesystem: str = "off: prepare() was not called before init_process_group"
     ipc: str = "off: prepare() was not called before init_process_group"
-    host_uid: int = field(default_factory=os.getuid)  # the uid outside any user namespace
-    root: bool = field(default_factory=lambda: os.geteuid() == 0)  # privileged on the host
+    host_uid: int = field(default_factory=lambda: os.getuid() if hasattr(os, "getuid") else -1)  # outside any userns
+    root: bool = field(default_factory=lambda: _euid() == 0)  # root here (maybe in a rootless user namespace)
+    #: privileged on the host, not only in a user namespace: only then can the rank get a uid of its own
+    host_root: bool = field(default_factory=lambda: _euid() == 0 and not in_user_namespace())
 
 
 _state = _State()
@@ -230,7 +266,7 @@ def _tasks_of_uid(uid: int) -> int:
 def _set_nproc(cfg: IsolationConfig, account: tuple[int, int] | str) -> str:
     if isinstance(account, tuple):  # the rank's own uid: its tasks so far (other groups') + this rank's
         limit = _tasks_of_uid(account[0]) + _threads() + cfg.nproc
-    elif _state.root:
+    elif _state.host_root:
         return "off: root ignores RLIMIT_NPROC and no separate uid is in use"
     else:
         limit = _tasks_of_uid(_state.host_uid) + cfg.nproc
@@ -251,13 +287,44 @@ def _prctl(option: int, value: int) -> None:
 
 
 def die_with_parent(parent: int, sig: int) -> None:
-    """Arm PDEATHSIG, then make sure the parent did not die before it was armed."""
-    try:
-        _prctl(PR_SET_PDEATHSIG, sig)
-    except OSError:
-        os._exit(1)
+    """Arm PDEATHSIG, then make sure the parent did not die before it was armed.  Where there is no
+    ``prctl`` (macOS, Windows), a thread watches the parent instead."""
+    if not has_libc("prctl"):
+        _watch_parent(parent)
+    else:
+        try:
+            _prctl(PR_SET_PDEATHSIG, sig)
+        except OSError:
+            os._exit(1)
     if os.getppid() != parent:
         os._exit(1)
+
+
+PARENT_POLL_S = 0.5
+
+
+def _watch_parent(parent: int) -> None:
+    """Without PDEATHSIG: a thread exits the process once the parent is gone (POSIX: this process was
+    re-parented; Windows, where ``getppid`` keeps a dead parent's pid: the parent's handle is signalled)."""
+    if sys.platform == "win32":
+        kernel32 = ctypes.WinDLL("kernel32")  # type: ignore[attr-defined,unused-ignore]
+        handle = kernel32.OpenProcess(0x00100000, False, parent)  # SYNCHRONIZE
+        if not handle:
+            os._exit(1)
+
+        def gone() -> None:
+            kernel32.WaitForSingleObject(handle, 0xFFFFFFFF)  # INFINITE
+    else:
+
+        def gone() -> None:
+            while os.getppid() == parent:
+                time.sleep(PARENT_POLL_S)
+
+    def watch() -> None:
+        gone()
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="grader-parent-watch").start()
 
 
 def _set_prctl() -> str:
@@ -281,6 +348,8 @@ def _student_account(cfg: IsolationConfig, fs_on: bool) -> tuple[int, int] | str
     """(uid, gid) to switch to, or why there is none ("off: ...")."""
     if not _state.root:
         return "off: not running as root"
+    if not _state.host_root:
+        return "off: a rootless user namespace maps one uid (a uid per rank needs root)"
     if cfg.uid is None or cfg.gid is None:
         return "off: no uid configured for the rank"
     if cfg.uid == 0:
@@ -456,6 +525,29 @@ def _only_loopback() -> bool:
         return [name for _, name in socket.if_nameindex()] == ["lo"]
     except OSError:
         return False
+
+
+def user_namespaces() -> str:
+    """ "" when an unprivileged process may build a rank group's namespaces (user, network, PID, mount,
+    IPC) here, else why not.  Probed in a child, which tries exactly that and exits."""
+    if not hasattr(os, "fork") or not has_libc("unshare"):
+        return "this system has no unshare"
+    flags = CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if _libc.unshare(flags) == 0 else min(ctypes.get_errno(), 255) or 255)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return ""
+    err = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 0
+    reason = os.strerror(err) if 0 < err < 255 else "the probe failed"
+    return f"unprivileged user namespaces are not available ({reason})"
+
+
+def join_user_namespace(fd: int) -> None:
+    """Leader side, rootless: enter the group's user namespace (an open ``/proc/<pid>/ns/user``), where
+    this uid is root, so that the group's network and PID namespaces can be entered and made."""
+    _check(_libc.setns(fd, CLONE_NEWUSER), "setns(CLONE_NEWUSER)")
 
 
 def become_subreaper() -> None:

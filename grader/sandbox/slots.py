@@ -13,7 +13,6 @@ the first hundreds of users; set ``GRADER_UID_BASE`` where that range is taken.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import tempfile
 from dataclasses import dataclass
@@ -43,6 +42,8 @@ class Slot:
 
 def acquire(directory: Path | None = None) -> Slot:
     """The first free slot.  Root only (the lock directory is root's)."""
+    import fcntl  # here: the module imports on every OS; slots exist only for root on Linux
+
     where = directory or _lock_directory()
     for index in range(MAX_SLOTS):
         fd = os.open(where / f"slot-{index}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)

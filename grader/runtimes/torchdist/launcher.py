@@ -89,12 +89,16 @@ class Sandboxing:
     isolation: dict[str, Any] | None  # IsolationConfig fields shared by every rank; None: no layers
     slot: Slot | None = None  # uids for the ranks (root)
     cgroups: Cgroups | None = None
-    network: bool = False  # a network namespace and a capture per group (root)
+    network: bool = False  # a network namespace and a capture per group (root, or rootless)
     pid_namespace: bool = False
+    rootless: bool = False  # the group's namespaces inside a user namespace of its own (no root needed)
 
     @classmethod
-    def for_this_process(cls, isolation: dict[str, Any] | None) -> Sandboxing:
-        """Every layer this process can build: all of them as root, the rank-side ones otherwise."""
+    def for_this_process(cls, isolation: dict[str, Any] | None, rootless: bool = False) -> Sandboxing:
+        """Every layer this process can build: all of them as root; rootless (where unprivileged user
+        namespaces work) the group's namespaces and capture; the rank-side ones otherwise."""
+        if isolation is not None and rootless and os.geteuid() != 0:
+            return cls(isolation, network=True, pid_namespace=True, rootless=True)
         if isolation is None or os.geteuid() != 0:
             return cls(isolation)
         from grader.sandbox import slots
@@ -106,17 +110,25 @@ class Sandboxing:
         if self.isolation is None:
             return {}
         need_root = "off: needs root"
-        cgroups = need_root if self.cgroups is None else (self.cgroups.off or "on")
+        no_cgroup = "off: needs root (a rootless run has no cgroup delegated to it)" if self.rootless else need_root
+        cgroups = no_cgroup if self.cgroups is None else (self.cgroups.off or "on")
         return {
             "zygote": "on",
             "pid_namespace": "on" if self.pid_namespace else need_root,
             "cgroup": cgroups,
-            "measured_traffic": "on" if self.network else need_root,
+            "measured_traffic": (ROOTLESS_CAPTURE if self.rootless else "on") if self.network else need_root,
         }
 
     def close(self) -> None:
         if self.slot is not None:
             self.slot.release()
+
+
+#: Without root the kernel caps a socket's receive buffer at net.core.rmem_max (SO_RCVBUFFORCE needs root).
+ROOTLESS_CAPTURE = (
+    "on: rootless; the capture's buffer is capped at net.core.rmem_max, so a case whose traffic overflows it "
+    "is counted from the ranks' own records (a lost measurement, never a verdict)"
+)
 
 
 class Zygote:
@@ -232,7 +244,7 @@ class RankGroup:
         layers = sb.layers()
         if sb.network:
             try:
-                self._network = netns.loopback_namespace()
+                self._network = netns.loopback_namespace(rootless=sb.rootless)
                 self._capture = Capture(self._network.capture)
             except OSError as exc:
                 layers["measured_traffic"] = f"off: {exc}"
@@ -258,8 +270,11 @@ class RankGroup:
             ranks.append({"scratch": str(scratch), "uid": uid, "gid": uid, "cgroups": cgroups})
         self._report, report_w = os.pipe()
         theirs.append(report_w)
+        owned = len(theirs)  # the namespace descriptors that follow stay the GroupNetwork's
         if self._network is not None:
             theirs.append(self._network.netns)
+            if self._network.userns is not None:
+                theirs.append(self._network.userns)
         request = GroupRequest(
             world_size=self.world_size,
             store=str(self._dir / "store"),
@@ -269,6 +284,7 @@ class RankGroup:
             isolation=sb.isolation,
             pid_namespace=sb.pid_namespace,
             netns=self._network is not None,
+            userns=self._network is not None and self._network.userns is not None,
             student=self.student,
         )
         try:
@@ -277,7 +293,7 @@ class RankGroup:
             self.close()
             raise GroupStartError(str(exc)) from exc
         finally:
-            for fd in theirs[: len(theirs) - (self._network is not None)]:
+            for fd in theirs[:owned]:
                 os.close(fd)
         for rk in self._ranks:
             for fd in (rk.control, rk.result, rk.output, rk.stacks):
@@ -635,7 +651,7 @@ class _Window:
         return elapsed > after_s and cpu_s < 0.1 * elapsed and self.runnable * 2 < self.samples
 
 
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # Windows: the portable runtime
 
 
 def _activity(pid: int) -> tuple[int, bool]:

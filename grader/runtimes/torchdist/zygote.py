@@ -56,6 +56,7 @@ class GroupRequest:
     pid_namespace: bool  # root: give the group its own PID namespace
     netns: bool  # a network namespace descriptor follows the report pipe
     student: dict[str, Any]  # how the pack's student code is laid out and judged (rank.StudentConfig)
+    userns: bool = False  # rootless: the user namespace owning netns follows it; the leader joins it first
 
     @classmethod
     def parse(cls, data: bytes) -> GroupRequest:
@@ -134,6 +135,9 @@ def leader(request: GroupRequest, fds: list[int], bodies: Any) -> None:
         os.setsid()
         n = request.world_size * FDS_PER_RANK
         report, netns = fds[n], (fds[n + 1] if request.netns else None)
+        if request.userns:  # rootless: root in the group's user namespace, which owns its network one
+            isolation.join_user_namespace(fds[n + 2])
+            os.close(fds[n + 2])
         if netns is not None:
             isolation.join_network_namespace(netns)
             os.close(netns)

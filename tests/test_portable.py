@@ -1,0 +1,299 @@
+"""Every student's machine (issue 21): the portable runtime, forced here on Linux, and the choice of
+runtime on a platform faked to be macOS, Windows or a Linux without namespaces.
+
+The portable runtime starts ranks with the spawn start method, joins them through a FileStore and
+can see nothing of them from outside; so these tests check what it still promises: the same
+verdicts for honest code, hangs found by the budget and named by the rank's own watchdog (a rank
+that cannot answer is a hang without a line), a deadlock found by the ranks' own account, every
+layer that is off named, and the run called advisory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader.errors import UserError
+from grader.pipeline import grade
+from grader.runner import run_matrix
+from grader.runtimes.torchdist import portable
+from grader.runtimes.torchdist.portable import Host, Mode, decide
+from grader.sandbox import isolation
+from grader.scoring import read_junit
+from tests.test_hangs import body_start
+
+REPO = Path(__file__).resolve().parents[1]
+FILES = ["src/collectives.py", "src/transformer.py"]
+POLICY = {"src/transformer.py": ["all_reduce", "all_gather"]}
+#: every layer a full (root) grading reports, the ``salt`` aside
+FULL_LAYERS = {
+    "zygote", "pid_namespace", "cgroup", "measured_traffic", "rlimits", "fds", "nproc", "filesystem",
+    "ipc", "uid", "prctl", "network", "seccomp", "audit_hooks",
+}  # fmt: skip
+
+
+# --------------------------------------------------------------------------- which runtime, where
+
+
+@pytest.mark.parametrize(
+    ("host", "mode"),
+    [
+        (Host("win32", fork=False, root=False, namespaces="not Linux"), "portable"),
+        (Host("darwin", fork=True, root=False, namespaces="not Linux"), "portable"),
+        (Host("linux", fork=True, root=False, namespaces="unprivileged user namespaces are off"), "portable"),
+        (Host("linux", fork=True, root=False, namespaces=""), "rootless"),
+        (Host("linux", fork=True, root=True, namespaces=""), "full"),
+    ],
+)
+def test_auto_picks_the_strongest_runtime_the_machine_can_build(host: Host, mode: str) -> None:
+    chosen = decide("auto", host)
+    assert chosen.name == mode
+    assert chosen.why  # every choice says why
+    assert decide("portable", host).name == "portable"  # and a student may always ask for the portable one
+
+
+def test_full_isolation_where_it_cannot_be_built_is_refused_with_the_reason() -> None:
+    with pytest.raises(UserError, match=r"no os\.fork"):
+        decide("full", Host("win32", fork=False, root=False, namespaces="not Linux"))
+
+
+def test_a_platform_without_fork_is_portable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(os, "fork")
+    assert Host.this().fork is False
+    assert decide("auto").name == "portable"
+    assert isolation.user_namespaces() == "this system has no unshare"
+
+
+def test_a_c_library_without_unshare_or_prctl_is_handled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """macOS's libc has neither: no namespaces, and the parent is watched by a thread instead."""
+    monkeypatch.setattr(isolation, "_libc", None)
+    assert not isolation.has_libc("prctl")
+    assert isolation.user_namespaces() == "this system has no unshare"
+    watchers: list[int] = []
+    monkeypatch.setattr(isolation, "_watch_parent", watchers.append)
+    isolation.die_with_parent(os.getppid(), 9)
+    assert watchers == [os.getppid()]
+
+
+def test_without_proc_no_user_namespace_is_assumed(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_open = open
+
+    def no_proc(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(path).startswith("/proc"):
+            raise FileNotFoundError(path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", no_proc)
+    assert isolation.in_user_namespace() is False
+
+
+def test_the_parent_watch_ends_a_process_whose_parent_died(tmp_path: Path) -> None:
+    """Where there is no PDEATHSIG, a child whose parent exits must exit too (the POSIX branch of
+    ``_watch_parent``; Windows' handle wait runs only on the hosted runner)."""
+    script = (
+        "import os, sys, time\n"
+        "from grader.sandbox import isolation\n"
+        "isolation._libc = None\n"
+        "pid = os.fork()\n"
+        "if pid:\n"
+        "    print(pid, flush=True); os._exit(0)\n"
+        "isolation.die_with_parent(os.getppid(), 9)\n"
+        "time.sleep(30)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=REPO)
+    child = int(done.stdout.split()[0])
+    for _ in range(100):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        subprocess.run(["sleep", "0.05"], check=True)
+    os.kill(child, 9)
+    pytest.fail("the orphan kept running")
+
+
+def test_portable_layers_name_every_layer_the_full_sandbox_reports_and_say_advisory() -> None:
+    layers = Mode("portable", "no os.fork on this platform").layers()
+    assert set(layers) | {"audit_hooks"} == FULL_LAYERS | {"runtime"}  # audit hooks: the ranks report them
+    off = {name for name, state in layers.items() if state.startswith("off: ")}
+    assert off == set(layers) - {"zygote"}
+    assert "the instructor's run is the grade of record" in layers["runtime"]
+    assert "ranks' own records" in layers["measured_traffic"]
+
+
+def test_a_spawned_rank_gets_no_grader_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRADER_MATRIX_CONFIG", "/secret/matrix-config.json")
+    monkeypatch.setenv("GRADER_INPUT_SALT", "the salt")
+    with portable._scrubbed_environment():
+        seen = dict(os.environ)
+    assert "GRADER_MATRIX_CONFIG" not in seen and "GRADER_INPUT_SALT" not in seen
+    assert seen.get("GLOO_SOCKET_IFNAME") == "lo"
+    assert os.environ["GRADER_INPUT_SALT"] == "the salt"  # the session's own environment is back
+
+
+def test_windows_ranks_use_the_libuv_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "platform", "win32")
+    with portable._scrubbed_environment():
+        seen = dict(os.environ)
+    assert seen.get("USE_LIBUV") == "1" and "GLOO_SOCKET_IFNAME" not in seen
+
+
+def test_the_grader_imports_where_fcntl_and_resource_do_not_exist() -> None:
+    """Windows has neither module, nor os.fork or os.sysconf: every module a student's grading
+    imports must still import (the Linux-only calls are made only in the Linux runtime)."""
+    script = (
+        "import os, sys\n"
+        "sys.modules['fcntl'] = None; sys.modules['resource'] = None\n"
+        "del os.fork, os.sysconf\n"
+        "import grader.cli, grader.pipeline, grader.runner, grader.matrix.plugin, grader.matrix.verdicts\n"
+        "import grader.runtimes.torchdist.portable, grader.runtimes.torchdist.rank, grader.selection\n"
+        "import grader.sandbox.isolation as iso\n"
+        "assert iso.resource is None\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_intake_without_descriptor_walks_still_refuses_every_link(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Windows has no dir_fd, O_NOFOLLOW or O_DIRECTORY: the path-checked intake refuses links alike."""
+    from tests.test_intake import grab, write_tree
+
+    monkeypatch.setattr(os, "supports_dir_fd", set())
+    monkeypatch.setattr(os, "supports_follow_symlinks", set())
+    secret = write_tree(tmp_path / "reference", {"collectives.py": b"SECRET", "transformer.py": b"SECRET"})
+    sub = write_tree(tmp_path / "sub", {"written_answers_task1.md": b"answers", "src/collectives.py": b"X = 1\n"})
+    (sub / "src" / "transformer.py").symlink_to(secret / "transformer.py")
+    (sub / "all_to_all_schematic.png").symlink_to(secret / "collectives.py")
+    intake = grab(sub, tmp_path / "sandbox")
+    assert (intake.sandbox / "src" / "collectives.py").read_text() == "X = 1\n"
+    assert "SECRET" not in "".join(p.read_text() for p in intake.sandbox.rglob("*") if p.is_file())
+    assert "src/transformer.py is a symlink: refused" in intake.problems
+    assert "all_to_all_schematic.png is a symlink: refused" in intake.problems
+
+
+# --------------------------------------------------------------------------- hangs without /proc
+
+
+def _sandbox(tmp_path: Path, old: str, new: str) -> Path:
+    box = tmp_path / "sandbox"
+    shutil.copytree(REPO / "reference" / "a9", box, ignore=shutil.ignore_patterns(".*"))
+    text = (box / "src" / "collectives.py").read_text()
+    assert text.count(old) == 1, old
+    (box / "src" / "collectives.py").write_text(text.replace(old, new))
+    return box
+
+
+def _verdicts(tmp_path: Path, box: Path, only: list[str]) -> dict[str, tuple[str, str]]:
+    iso = {"sandbox": str(box), "memory_mb": 2048, "nproc": 64, "cpu_s": 60, "file_size_mb": 64}
+    run = run_matrix(
+        box, FILES, tmp_path / "work", {}, POLICY, salt="t", pack="a9", isolation=iso, only=only, runtime="portable"
+    )
+    assert json.loads((tmp_path / "work" / "isolation.json").read_text())["runtime"].startswith("off: portable")
+    return {name: (case.verdict.value, case.message) for name, case in read_junit(run.junit).items()}
+
+
+@pytest.mark.slow
+def test_portable_hangs_are_named_by_the_ranks_watchdog_and_a_silent_rank_is_a_hang_without_a_line(
+    tmp_path: Path,
+) -> None:
+    # ws2 broadcast: rank 0 sleeps, rank 1 (the source) blocks sending to it.  ws3 allgather: every
+    # rank stops itself (SIGSTOP): no watchdog can answer, so the hang has no line and no CPU figure.
+    sleeps = body_start("my_broadcast", "    if dist.get_rank() == 0:\n        __import__('time').sleep(3600)\n")
+    box = _sandbox(tmp_path, *sleeps)
+    stop = body_start("my_allgather", "    if dist.get_world_size() == 3:\n        os.kill(os.getpid(), 19)\n")
+    text = (box / "src" / "collectives.py").read_text().replace(*stop)
+    (box / "src" / "collectives.py").write_text("import os\n" + text)
+    only = ["test_broadcast[ws2-src1-float32-4x5]", "test_allgather[ws3-float32-4x5]"]
+    only.append("test_allreduce[ws2-float32-4x5]")
+    results = _verdicts(tmp_path, box, only)
+    verdict, message = results[only[0]]
+    assert verdict == "hang" and message.startswith("timed out after "), message
+    idle = r"rank 0 is idle \(\d% CPU\), in no send or receive .* at collectives\.py:\d+ in my_broadcast"
+    blocked = r"rank 1 waits in send\(dst=0\) at collectives\.py:\d+ in my_broadcast \(blocked, \d+% CPU\)"
+    assert re.search(idle, message) and re.search(blocked, message), message
+    verdict, message = results[only[1]]
+    assert verdict == "hang" and "rank 0 is still running" in message and "% CPU" not in message, message
+    assert results[only[2]][0] == "pass"  # the group that hung was replaced; the next case runs clean
+
+
+@pytest.mark.slow
+def test_portable_finds_a_deadlock_by_the_ranks_own_account(tmp_path: Path) -> None:
+    both_receive = body_start(
+        "my_allreduce",
+        "    if dist.get_world_size() == 2:\n        dist.recv(torch.empty_like(tensor), src=1 - dist.get_rank())\n",
+    )
+    results = _verdicts(tmp_path, _sandbox(tmp_path, *both_receive), ["test_allreduce[ws2-float32-4x5]"])
+    verdict, message = results["test_allreduce[ws2-float32-4x5]"]
+    assert verdict == "hang" and message.startswith("likely deadlock"), message
+    assert re.search(r"rank 0 waits in recv\(src=1\) at collectives\.py:\d+ in my_allreduce", message)
+
+
+# --------------------------------------------------------------------------- the same verdicts
+
+A9_TREES = [("reference/a9", 105), ("reference/a9-naive", 100), ("student_template/a9", 0)]
+
+
+def _case_verdicts(out: Path) -> dict[str, str]:
+    return {case["id"]: case["verdict"] for case in json.loads((out / "results.json").read_text())["cases"]}
+
+
+def _items(out: Path) -> list[dict[str, Any]]:
+    result = json.loads((out / "results.json").read_text())
+    return [item for task in result["tasks"] for item in task["items"]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("tree", "total"), A9_TREES)
+def test_portable_grades_honest_a9_trees_as_the_full_sandbox_does(tree: str, total: float) -> None:
+    result = grade(REPO / tree, runtime="portable")
+    assert result.score == total
+    assert result.isolation["runtime"].startswith("off: portable runtime (--isolation portable)")
+    assert "the instructor's run is the grade of record" in result.isolation["runtime"]
+
+
+@pytest.mark.slow
+def test_portable_and_full_agree_case_by_case_on_the_naive_reference(tmp_path: Path) -> None:
+    """Every case's verdict and every item's score, not only the total."""
+    outs = {}
+    for mode in ("auto", "portable"):
+        outs[mode] = tmp_path / mode
+        grade(REPO / "reference" / "a9-naive", out_dir=outs[mode], runtime=mode)
+    assert _case_verdicts(outs["portable"]) == _case_verdicts(outs["auto"])
+    scores = {mode: {i["id"]: i["score"] for i in _items(out)} for mode, out in outs.items()}
+    assert scores["portable"] == scores["auto"]
+
+
+@pytest.mark.slow
+def test_portable_grades_the_a4_reference_zip_as_the_full_sandbox_does(tmp_path: Path) -> None:
+    from grader.pack import load_pack
+    from tests.test_a4_pack import hand_in
+
+    handin = hand_in(REPO / "reference" / "a4", tmp_path / "handin")
+
+    result = grade(handin, load_pack("a4").rubric, runtime="portable")
+    assert result.score == 100
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["tp_serial_forward_then_allreduce", "a4_no_gradient_averaging"])
+def test_portable_grades_fidelity_entries_as_expected(name: str, tmp_path: Path) -> None:
+    from grader.pack import load_pack
+    from tests.test_fidelity_corpus import CORPUS, build
+
+    spec = json.loads((CORPUS / name / "expected.json").read_text())
+    result = grade(
+        build(CORPUS / name, spec, tmp_path / "sub"), load_pack(spec.get("pack", "a9")).rubric, runtime="portable"
+    )
+    items = {item.id: item.score for item in result.items()}
+    assert {k: items.get(k) for k in spec["items"]} == pytest.approx(spec["items"])
