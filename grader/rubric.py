@@ -165,9 +165,14 @@ class CasesScoring:
     mode: str = "proportional"  # | "all_or_nothing" | "thresholds"
     thresholds: tuple[Threshold, ...] = ()
     weights: tuple[CaseWeight, ...] = ()  # the item's own rules first, then the rubric's case_weights
+    #: case id -> why it exercises nothing its family grades (the pack's ``Case.degenerate``)
+    degenerate: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def weight(self, case_id: str) -> float:
-        """The first matching rule's weight; 1 when none matches."""
+        """0 for a degenerate case, whatever the rules say (one rule for every pack); else the first
+        matching rule's weight; 1 when none matches."""
+        if case_id in self.degenerate:
+            return 0.0
         return next((w.weight for w in self.weights if matches(w.match, case_id)), 1.0)
 
 
@@ -317,10 +322,13 @@ def default_rubric_path() -> Path:
     return load_pack(None).rubric
 
 
-def load_rubric(path: Path | None = None, case_ids: Sequence[str] | None = None) -> Rubric:
+def load_rubric(
+    path: Path | None = None, case_ids: Sequence[str] | None = None, degenerate: dict[str, str] | None = None
+) -> Rubric:
     """Load and validate a rubric; ``UserError`` lists every problem as ``FILE:LINE:COL: reason``.
 
-    ``case_ids`` are the matrix cases patterns must match; by default those of the rubric's pack.
+    ``case_ids`` are the matrix cases patterns must match, and ``degenerate`` those of them that weigh
+    nothing (id -> why); by default both are the rubric's pack's (``AssignmentPack.degenerate``).
     """
     path = Path(path) if path is not None else default_rubric_path()
     try:
@@ -328,31 +336,36 @@ def load_rubric(path: Path | None = None, case_ids: Sequence[str] | None = None)
     except OSError as exc:
         raise UserError(f"{path}: cannot read rubric: {exc.strerror}") from exc
     try:
-        return _load(path, raw, case_ids)
+        return _load(path, raw, case_ids, degenerate)
     except RecursionError:  # PyYAML and the schema validator walk nested collections recursively
         raise UserError(f"{path}: nested too deeply to be a rubric") from None
 
 
-def _load(path: Path, raw: bytes, case_ids: Sequence[str] | None) -> Rubric:
+def _load(path: Path, raw: bytes, case_ids: Sequence[str] | None, degenerate: dict[str, str] | None) -> Rubric:
     data, positions = _parse(path, raw.decode("utf-8", errors="replace"))
     errors = _schema_errors(data, positions)
     if errors:
         raise UserError(_report(errors))
-    ids = tuple(case_ids) if case_ids is not None else _pack_case_ids(data["assignment"], positions)
-    builder = _Builder(positions, ids)
+    if case_ids is None:
+        ids, degenerate = _pack_cases(data["assignment"], positions)
+    else:
+        ids, degenerate = tuple(case_ids), degenerate or {}
+    builder = _Builder(positions, ids, degenerate)
     rubric = builder.rubric(data, path, "sha256:" + hashlib.sha256(raw).hexdigest())
     if builder.errors:
         raise UserError(_report(builder.errors))
     return rubric
 
 
-def _pack_case_ids(assignment: dict[str, Any], positions: _Positions) -> tuple[str, ...]:
-    """The case ids of the rubric's pack; a pack that cannot be loaded is an error at its line."""
+def _pack_cases(assignment: dict[str, Any], positions: _Positions) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The case ids of the rubric's pack and its degenerate ones (id -> why); a pack that cannot be
+    loaded is an error at its line."""
     from grader.pack import load_pack
 
     ref = assignment.get("pack", assignment["id"])
     try:
-        return tuple(load_pack(ref).case_ids())
+        pack = load_pack(ref)
+        return tuple(pack.case_ids()), pack.degenerate()
     except UserError as exc:
         key = "pack" if "pack" in assignment else "id"
         raise UserError(positions.error(("assignment", key), f"assignment.{key}: {exc}")[1]) from None
@@ -493,9 +506,10 @@ def _tuple(patterns: str | list[str]) -> tuple[str, ...]:
 class _Builder:
     """Builds the dataclasses from schema-valid data, collecting every cross-field error on the way."""
 
-    def __init__(self, positions: _Positions, case_ids: tuple[str, ...]) -> None:
+    def __init__(self, positions: _Positions, case_ids: tuple[str, ...], degenerate: dict[str, str]) -> None:
         self.positions = positions
         self.case_ids = case_ids
+        self.degenerate = degenerate
         self.errors: list[_Error] = []
         self.student_files: tuple[str, ...] = ()
         self.deliverables: dict[str, Deliverable] = {}
@@ -689,6 +703,7 @@ class _Builder:
             mode=mode,
             thresholds=thresholds,
             weights=self.weights(raw.get("weights", []), (*path, "weights")) + self.case_weights,
+            degenerate=self.degenerate,
         )
         for i, component in enumerate(components):
             if component.advisory:

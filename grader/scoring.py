@@ -110,6 +110,14 @@ def _case(case: TestCase) -> Case:
     return Case(case.name, verdict, props.get("message") or "", trace)
 
 
+def _by_reason(cases: list[Case], degenerate: dict[str, str]) -> dict[str, list[Case]]:
+    """Unscored cases grouped by why they weigh nothing ("" for a rubric's own weight 0), in order."""
+    groups: dict[str, list[Case]] = {}
+    for case in cases:
+        groups.setdefault(degenerate.get(case.id, ""), []).append(case)
+    return groups
+
+
 def _quote(outcome: CaseOutcome) -> str:
     return f"{outcome.message} ({outcome.id})" if outcome.message else outcome.id
 
@@ -334,9 +342,9 @@ class _Scorer:
         unscored = [self.cases[c] for c in ids if scoring.weight(c) == 0]
         lines[:0] = self.summary(item, scored)
         unscored_failing = [c for c in unscored if c.verdict is not Verdict.PASS]
-        if unscored_failing:
-            example = self.outcome(unscored_failing[0])
-            lines.append(f"{len(unscored_failing)} unscored case(s) fail too, e.g. " + _quote(example))
+        for reason, group in _by_reason(unscored_failing, scoring.degenerate).items():
+            why = f" ({reason}, so they weigh nothing)" if reason else ""
+            lines.append(f"{len(group)} unscored case(s) fail too{why}, e.g. " + _quote(self.outcome(group[0])))
         advisory_failing: list[Case] = []
         for component in (c for c in scoring.components if c.advisory):
             cases = [self.cases[c] for c in self.cases if matches(component.match, c)]

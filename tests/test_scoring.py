@@ -17,6 +17,7 @@ from junitparser import JUnitXml, Properties
 from grader import __version__
 from grader.errors import GraderError, UserError
 from grader.manual import ManualScores
+from grader.packs.a9.catalog import ONE_RANK
 from grader.results import (
     CaseOutcome,
     Finding,
@@ -27,14 +28,16 @@ from grader.results import (
     SubmissionInfo,
     Verdict,
 )
-from grader.rubric import LatePolicy, Rubric, load_rubric
+from grader.rubric import LatePolicy, Rubric, case_params, load_rubric
 from grader.scoring import late_penalty, read_junit, score, with_deadline
 
 FIXTURES = Path(__file__).parent / "fixtures" / "scoring"
 A9 = Path(__file__).parent.parent / "rubrics" / "a9.yaml"
 # The fixtures cover a 33-case slice of the matrix; the rubric is checked against that slice.
 CASE_IDS = list(read_junit(FIXTURES / "reference.xml"))
-RUBRIC = load_rubric(A9, CASE_IDS)
+#: the stand-in cases at world size 1, marked degenerate as the a9 pack marks its own (weight 0)
+DEGENERATE = {c: ONE_RANK for c in CASE_IDS if case_params(c) == "ws1" or case_params(c).startswith("ws1-")}
+RUBRIC = load_rubric(A9, CASE_IDS, DEGENERATE)
 BOTH_FILES = {"src/collectives.py": "sha256:" + "a" * 64, "src/transformer.py": "sha256:" + "b" * 64}
 PDF = b"%PDF-1.7\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
 DIAGRAM_MERGED = ManualScores({"task1.diagram": 5.0})
@@ -50,7 +53,7 @@ def a9_with(tmp_path: Path, old: str, new: str) -> Rubric:
     assert text.count(old) == 1, old
     path = tmp_path / "variant.yaml"
     path.write_text(text.replace(old, new))
-    return load_rubric(path, CASE_IDS)
+    return load_rubric(path, CASE_IDS, DEGENERATE)
 
 
 @pytest.fixture

@@ -185,6 +185,7 @@ class MatrixSession:
             "module": self.pack.module_to_import(case.kind),
             "params": params,
             "keep_events": bool(case.params.get("keep_events")),
+            "layout": [case.launch.nodes, case.launch.per_node],  # what torchrun would tell each rank
             "broken": {module: message for module, (_, message) in self.import_failures.items()},
         }
         budget = case_budget(self.limits, self.calibration.get(case.world_size), prepared.tensor_bytes)
