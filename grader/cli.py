@@ -18,8 +18,7 @@ from pathlib import Path
 from grader import __version__
 from grader.errors import GraderError, UserError
 from grader.results import TimeSource
-
-TIME_HELP = "ISO 8601 (without a zone: UTC) or Unix seconds"
+from grader.submission_time import TIME_FORMS as TIME_HELP
 
 FORMATS = ("json", "junit", "gradescope", "classroom", "markdown", "terminal")
 

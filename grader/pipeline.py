@@ -22,7 +22,7 @@ from typing import Any
 from grader.errors import UserError
 from grader.limits import Limits
 from grader.results import GradeResult, TimeSource
-from grader.submission_time import SubmittedAt, given, parse_time
+from grader.submission_time import SubmittedAt, given
 
 SALT_ENV = "GRADER_INPUT_SALT"
 
@@ -49,9 +49,7 @@ def grade(
 
     timings: dict[str, float] = {}
     t0 = time.monotonic()
-    rubric = load_rubric(rubric_path)
-    if deadline is not None:
-        rubric = scoring.with_deadline(rubric, parse_time(deadline, "--deadline"))
+    rubric = scoring.under_deadline_option(load_rubric(rubric_path), deadline)
     limits = rubric.limits
     salt, salt_layer = input_salt(secret_file)
     work = Path(tempfile.mkdtemp(prefix="grader-"))
@@ -188,8 +186,7 @@ def _grade_in_docker(args: argparse.Namespace) -> GradeResult:
     rubric = load_rubric(args.rubric)
     limits = rubric.limits
     out = args.out or Path(tempfile.mkdtemp(prefix="grader-out-"))
-    if args.deadline:  # refused here, as the local backend would, rather than by the container
-        scoring.with_deadline(rubric, parse_time(args.deadline, "--deadline"))
+    scoring.under_deadline_option(rubric, args.deadline)  # refused here, as the local backend would
     outcome = grade_in_container(
         Path(args.submission),
         out,
@@ -229,7 +226,7 @@ def _time_options(args: argparse.Namespace) -> list[str]:
         options += ["--submitted-at", args.submitted_at, "--submitted-at-source", args.submitted_at_source]
     if args.pushed_at:
         options += ["--pushed-at", args.pushed_at]
-    if args.deadline:
+    if args.deadline is not None:  # checked above (under_deadline_option)
         options += ["--deadline", args.deadline]
     return options + ["--trust-commit-time"] * args.trust_commit_time
 

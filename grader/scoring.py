@@ -51,6 +51,7 @@ from grader.rubric import (
     matches,
     paired,
 )
+from grader.submission_time import TIME_FORMS, parse_time
 
 MAX_FAILURES = 5  # CaseOutcomes kept per item
 EXAMPLES_PER_VERDICT = 2  # distinct messages quoted per kind of failure
@@ -142,6 +143,19 @@ def lateness(policy: LatePolicy | None, late: LatePenalty | None) -> Lateness:
     if late is None:
         return Lateness.UNKNOWN
     return Lateness.LATE if late.days_late > 0 else Lateness.ON_TIME
+
+
+def under_deadline_option(rubric: Rubric, option: str | None) -> Rubric:
+    """``rubric`` under a ``--deadline`` option, the one reading of it for ``grade`` (either backend),
+    ``batch`` and ``rescore``: None (not given) keeps the rubric's deadline; an empty value is refused,
+    since it reads as "no deadline" to one person and "keep the rubric's" to another."""
+    if option is None:
+        return rubric
+    if not option.strip():
+        raise UserError(
+            f"--deadline is empty: give a time ({TIME_FORMS}), or leave the option out to keep the rubric's deadline"
+        )
+    return with_deadline(rubric, parse_time(option, "--deadline"))
 
 
 def with_deadline(rubric: Rubric, deadline: datetime) -> Rubric:

@@ -545,3 +545,28 @@ def test_an_unreadable_junit_file_is_the_graders_error(root, tmp_path):
         score(RUBRIC, tmp_path / "junit.xml", submission(), [], root)
     with pytest.raises(GraderError):
         score(RUBRIC, tmp_path / "absent.xml", submission(), [], root)
+
+
+def test_a_deadline_option_is_read_one_way_everywhere(tmp_path, capsys):
+    """``--deadline`` absent keeps the rubric's; a time replaces it; an empty value is refused with a
+    clear message by grade (either backend), batch and rescore alike, before anything runs."""
+    from grader.cli import main
+    from grader.scoring import under_deadline_option
+
+    assert under_deadline_option(RUBRIC, None) is RUBRIC
+    assert (
+        under_deadline_option(RUBRIC, "2026-01-05T12:00:00Z").late.deadline.isoformat() == "2026-01-05T12:00:00+00:00"
+    )
+    (tmp_path / "roster" / "alice").mkdir(parents=True)
+    (tmp_path / "roster" / "alice" / "x.py").write_text("")
+    commands = [
+        ["grade", str(tmp_path / "roster" / "alice")],
+        ["grade", str(tmp_path / "roster" / "alice"), "--backend", "docker"],
+        ["batch", str(tmp_path / "roster"), "--out", str(tmp_path / "class")],
+        ["rescore", str(tmp_path / "roster" / "alice")],
+    ]
+    for command in commands:
+        for empty in ("", "  "):
+            assert main([*command, "--deadline", empty]) == 1, command
+            assert "--deadline is empty: give a time" in capsys.readouterr().err, command
+    assert not (tmp_path / "class" / "students" / "alice").exists()  # nothing was graded

@@ -48,7 +48,6 @@ from grader.render.student_report import render_student_report
 from grader.rescore import rescore
 from grader.results import GradeResult
 from grader.rubric import Rubric, load_rubric
-from grader.submission_time import parse_time
 
 
 def run_batch(
@@ -81,7 +80,7 @@ def run_batch(
     if unknown:
         raise UserError(f"{manual}: students not in the roster: {', '.join(unknown)}")
     loaded = load_rubric(rubric)  # a broken rubric is one error now, not one per student
-    scored = scoring.with_deadline(loaded, parse_time(deadline, "--deadline")) if deadline else loaded
+    scored = scoring.under_deadline_option(loaded, deadline)
 
     out = Path(out)
     students_dir = out / "students"
