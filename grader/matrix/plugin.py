@@ -68,6 +68,7 @@ class MatrixSession:
         self.policy = Policy.from_dict(config.policy)
         self.student = student_config(self.pack, config.policy)  # what every group's ranks are told
         self.limits = Limits(**config.limits)
+        self.clip = self.limits.clipper()  # every message and capture quoted, bounded per case and in all
         self.sandbox = Path(config.sandbox)
         # starts importing torch while this process does the same
         self.zygote = Zygote(self.pack.bodies, self.pack.search_path)
@@ -120,14 +121,15 @@ class MatrixSession:
                 self._remember_import_failure(module, decision, run)
         self._learn(case, decision.verdict)
         record("verdict", decision.verdict.value)
-        record("message", decision.message)
+        message, details = self.clip(decision.message), self.clip(decision.details)
+        record("message", message)
         if decision.trace:
             record("trace", json.dumps(decision.trace, separators=(",", ":")))
         with open(self.config.ledger, "a") as ledger:
             ledger.write(json.dumps({"case": case.name, "verdict": decision.verdict.value}) + "\n")
         if decision.verdict is not Verdict.PASS:
-            details = f"\n{decision.details}" if decision.details else ""
-            pytest.fail(f"[{decision.verdict.value}] {decision.message}{details}", pytrace=False)
+            details = f"\n{details}" if details else ""
+            pytest.fail(f"[{decision.verdict.value}] {message}{details}", pytrace=False)
 
     def _allowed(self, case: Case) -> frozenset[str]:
         """The built-in collectives the rubric lets the case's function call: what may show on the wire."""
