@@ -134,19 +134,15 @@ def add_trust_commit_time(parser: argparse.ArgumentParser) -> None:
     )
 
 
-#: Set by ``grader batch`` for the grades it starts: the parent's pid, whose death ends the grade.
-DIE_WITH_PARENT_ENV = "GRADER_DIE_WITH_PARENT"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so that every finally runs: the matrix session is stopped and
     # the temporary sandbox removed (the session would die with us anyway: PDEATHSIG).
     signal.signal(signal.SIGTERM, _terminated)
-    parent = os.environ.pop(DIE_WITH_PARENT_ENV, "")
-    if parent.isdigit():
-        from grader.sandbox.isolation import die_with_parent
+    from grader.sandbox.isolation import DIE_WITH_PARENT_ENV, die_with_parent
 
+    parent = os.environ.pop(DIE_WITH_PARENT_ENV, "")  # set by `grader batch` for the grades it starts
+    if parent.isdigit():
         die_with_parent(int(parent), signal.SIGTERM)
     try:
         resolve_rubric(args)

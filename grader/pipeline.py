@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import shutil
 import sys
 import tempfile
@@ -22,9 +21,8 @@ from typing import Any
 from grader.errors import UserError
 from grader.limits import Limits
 from grader.results import GradeResult, TimeSource
+from grader.salt import SALT_ENV, input_salt
 from grader.submission_time import SubmittedAt, given
-
-SALT_ENV = "GRADER_INPUT_SALT"
 
 
 def grade(
@@ -123,25 +121,6 @@ def _isolation_fields(sandbox: Path, limits: Limits) -> dict[str, Any]:
         "cpu_s": limits.cpu_s,
         "file_size_mb": limits.file_size_mb,
     }
-
-
-def input_salt(secret_file: Path | None) -> tuple[str, str]:
-    """(the salt every input is keyed by, how it was chosen: the ``salt`` isolation layer).
-
-    Random per grading unless the instructor gives a secret (a file, or ``GRADER_INPUT_SALT``) for
-    reproducible regrades.  Either way it reaches the matrix session only, never a rank.
-    """
-    if secret_file is not None:
-        try:
-            secret = secret_file.read_text().strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"--secret-file {secret_file}: {exc}") from exc
-        if not secret:
-            raise UserError(f"--secret-file {secret_file} is empty")
-        return secret, "on: the instructor's secret (--secret-file)"
-    if os.environ.get(SALT_ENV):
-        return os.environ[SALT_ENV], f"on: the instructor's secret ({SALT_ENV})"
-    return secrets.token_hex(16), "on: random for this grading"
 
 
 def main(args: argparse.Namespace) -> int:

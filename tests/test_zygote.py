@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from grader.pack import load_pack
-from grader.pipeline import SALT_ENV
 from grader.runtimes.torchdist.launcher import Zygote
+from grader.salt import SALT_ENV
 
 BODIES = load_pack("a9").bodies
 
