@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.errors import UserError
+from grader.filenames import entries_named
 from grader.limits import Limits
 from grader.results import GradeResult, TimeSource
 from grader.salt import SALT_ENV, input_salt
@@ -56,7 +57,7 @@ def grade(
         taken = intake.take(source, rubric, work / "sandbox", submitted_at, trust_commit_time)
         timings["intake"] = time.monotonic() - t0
         t = time.monotonic()
-        present = sorted(f for f in rubric.student_files if f in taken.present)
+        present = list(taken.student_files)
         findings = static.analyze_submission(taken.sandbox, present, rubric.policy)
         timings["static"] = time.monotonic() - t
         t = time.monotonic()
@@ -108,7 +109,7 @@ def keep_deliverables(sandbox: Path, names: tuple[str, ...], out_dir: Path) -> N
     shutil.rmtree(kept, ignore_errors=True)
     kept.mkdir(parents=True)
     for name in {Path(name).name for name in names}:  # intake puts each at the sandbox's top
-        for path in sandbox.glob(name) if "*" in name else [sandbox / name]:
+        for path in entries_named(sandbox, name):
             if path.is_file():
                 shutil.copyfile(path, kept / path.name)
 
