@@ -336,9 +336,18 @@ def load_rubric(
     except OSError as exc:
         raise UserError(f"{path}: cannot read rubric: {exc.strerror}") from exc
     try:
+        if case_ids is None and degenerate is None:
+            return _load_as_packed(path, raw)
         return _load(path, raw, case_ids, degenerate)
     except RecursionError:  # PyYAML and the schema validator walk nested collections recursively
         raise UserError(f"{path}: nested too deeply to be a rubric") from None
+
+
+@functools.lru_cache(maxsize=8)
+def _load_as_packed(path: Path, raw: bytes) -> Rubric:
+    """A rubric checked against its own pack is parsed and checked once per process for the same
+    bytes, however many stages ask (``cli.resolve_rubric``, then the command); a Rubric is frozen."""
+    return _load(path, raw, None, None)
 
 
 def _load(path: Path, raw: bytes, case_ids: Sequence[str] | None, degenerate: dict[str, str] | None) -> Rubric:

@@ -424,3 +424,13 @@ def test_a4_marks_world_size_1_and_one_accumulation_step_degenerate():
     assert degenerate["test_data_parallel[ws1-s2]"].startswith("world size 1:")
     assert "test_data_parallel[ws4-4x1-s2]" not in degenerate
     assert "test_single_step[ws1-s1]" not in degenerate  # Part 1 is one device by design: nothing is skipped
+
+
+def test_a_rubric_is_loaded_once_per_process_for_the_same_bytes(tmp_path):
+    """``cli.resolve_rubric`` checks a rubric, then the command loads it: the second load is the
+    first's result, and an edited file is read afresh."""
+    path = load_variant(tmp_path)
+    first = load_rubric(path)
+    assert load_rubric(path) is first
+    path.write_text(path.read_text().replace("title: ", "title: edited ", 1))
+    assert load_rubric(path) is not first
