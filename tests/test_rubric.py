@@ -13,12 +13,12 @@ from junitparser import JUnitXml
 
 from grader import rubric as rubric_module
 from grader.errors import UserError
+from grader.limits import Limits
 from grader.packs.a9.catalog import ONE_RANK
 from grader.rubric import (
     CasesScoring,
     Condition,
     DeliverableScoring,
-    Limits,
     TraceScoring,
     WrittenScoring,
     case_params,
