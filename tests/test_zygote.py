@@ -24,6 +24,7 @@ RANK_RUNTIME = {
     "grader.runtimes.torchdist.guard",
     "grader.runtimes.torchdist.policy",
     "grader.runtimes.torchdist.rank",
+    "grader.runtimes.torchdist.torchrun_env",  # what torchrun would tell a rank on the case's layout
     "grader.runtimes.torchdist.zygote",
     "grader.sandbox",
     "grader.sandbox.audit",
