@@ -59,7 +59,7 @@ def _check_submission(source: str, rubric: Rubric) -> tuple[list[str], list[Find
     with tempfile.TemporaryDirectory(prefix="grader-check-") as work:
         taken = intake.take(source, rubric, Path(work) / "sandbox")
         refusals = [problem for problem in taken.problems if not problem.endswith(" is missing")]
-        present = sorted(f for f in rubric.student_files if f in taken.present)
+        present = list(taken.student_files)
         if not present:
             looked = f"looked for {', '.join(rubric.student_files)}, also by file name alone"
             where = f"here and in a folder up to {intake.SEARCH_DEPTH} levels down"

@@ -19,8 +19,7 @@ from typing import Any
 from grader import __version__
 from grader.errors import GraderError, UserError
 from grader.results import TimeSource
-
-TIME_HELP = "ISO 8601 (without a zone: UTC) or Unix seconds"
+from grader.submission_time import TIME_FORMS as TIME_HELP
 
 FORMATS = ("json", "junit", "gradescope", "classroom", "markdown", "terminal")
 
@@ -169,19 +168,15 @@ def add_trust_commit_time(parser: argparse.ArgumentParser) -> None:
     )
 
 
-#: Set by ``grader batch`` for the grades it starts: the parent's pid, whose death ends the grade.
-DIE_WITH_PARENT_ENV = "GRADER_DIE_WITH_PARENT"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so that every finally runs: the matrix session is stopped and
     # the temporary sandbox removed (the session would die with us anyway: PDEATHSIG).
     signal.signal(signal.SIGTERM, _terminated)
-    parent = os.environ.pop(DIE_WITH_PARENT_ENV, "")
-    if parent.isdigit():
-        from grader.sandbox.isolation import die_with_parent
+    from grader.sandbox.isolation import DIE_WITH_PARENT_ENV, die_with_parent
 
+    parent = os.environ.pop(DIE_WITH_PARENT_ENV, "")  # set by `grader batch` for the grades it starts
+    if parent.isdigit():
         die_with_parent(int(parent), signal.SIGTERM)
     try:
         resolve_rubric(args)

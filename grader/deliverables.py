@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.filenames import entries_named
 from grader.rubric import WrittenQuestion
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -23,7 +24,7 @@ def find_deliverable(root: Path, candidates: Sequence[str]) -> Path | None:
     """The first candidate that is a regular file under ``root``; a candidate with ``*`` is a pattern
     (intake keeps the file it matched under its own name)."""
     for name in candidates:
-        for path in sorted(root.glob(name)) if "*" in name else [root / name]:
+        for path in entries_named(root, name):
             if path.is_file():
                 return path
     return None

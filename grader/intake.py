@@ -36,7 +36,6 @@ nothing can be graded.
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import hashlib
 import lzma
@@ -54,6 +53,7 @@ from typing import IO, TYPE_CHECKING
 
 from grader import gitread
 from grader.errors import UserError
+from grader.filenames import entries_named, name_matches
 from grader.results import SubmissionInfo
 from grader.submission_time import SubmittedAt, resolve
 from grader.text import shown
@@ -79,6 +79,9 @@ class Intake:
     info: SubmissionInfo
     present: frozenset[str]  # rubric names (student files and deliverables) that were copied
     problems: list[str]  # plain-English reasons a named file is absent, also in ``info.problems``
+    #: the rubric's student files that were found and copied, sorted: what static analysis reads and
+    #: the matrix imports (every command asks this, never ``present`` again)
+    student_files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -168,7 +171,8 @@ def materialize(
         submitted_at_source=when.source,
     )
     present = frozenset(copied.rubric_name for copied in files.values())
-    return Intake(sandbox=dest, info=info, present=present, problems=list(budget.problems))
+    found = tuple(sorted(f for f in student_files if f in present))
+    return Intake(sandbox=dest, info=info, present=present, problems=list(budget.problems), student_files=found)
 
 
 # --- where the submission comes from -------------------------------------------------------------
@@ -381,7 +385,7 @@ def _find_deliverables(root: Path, names: list[str], budget: _Budget) -> dict[st
             if entry.is_dir(follow_symlinks=False):
                 continue
             for name in missing:
-                if fnmatch.fnmatchcase(entry.name, name):
+                if name_matches(entry.name, name):
                     matches[name].append(str(Path(directory, entry.name).relative_to(root)))
     for name, places in sorted(matches.items()):
         if len(places) == 1:
@@ -392,13 +396,8 @@ def _find_deliverables(root: Path, names: list[str], budget: _Budget) -> dict[st
 
 
 def _at_root(root: Path, name: str) -> str | None:
-    if "*" not in name:
-        return name if os.path.lexists(root / name) else None
-    try:
-        entries = sorted(e.name for e in os.scandir(root) if fnmatch.fnmatchcase(e.name, name))
-    except OSError:
-        return None
-    return entries[0] if entries else None
+    found = [path.name for path in entries_named(root, name) if os.path.lexists(path)]
+    return found[0] if found else None
 
 
 # --- copying -------------------------------------------------------------------------------------

@@ -33,6 +33,26 @@ DEFAULT_PACK = "grader.default_pack"
 
 
 @dataclass(frozen=True)
+class Layout:
+    """Where torchrun puts a case's ranks: ``nodes`` hosts with ``per_node`` processes each.
+
+    What a rank is told about its place (``LOCAL_RANK``, ``GROUP_RANK``, ``LOCAL_WORLD_SIZE``, ...)
+    depends on it, and a handout's code may read it: on the A4 handout's 4 nodes x 1 process,
+    ``LOCAL_RANK`` is 0 on every rank.  Ranks are numbered node by node, as torchrun numbers them.
+    """
+
+    nodes: int
+    per_node: int
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.per_node
+
+    def __str__(self) -> str:
+        return f"{self.nodes}x{self.per_node}"
+
+
+@dataclass(frozen=True)
 class Case:
     """One case of a matrix: run by one rank group, decided by one verdict.
 
@@ -49,6 +69,17 @@ class Case:
     world_size: int
     kind: str  # which rank-side body runs it (the pack's ``BODIES``)
     params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    layout: Layout | None = None
+    degenerate: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.layout is not None and self.layout.world_size != self.world_size:
+            raise ValueError(f"{self.name}: layout {self.layout} is not {self.world_size} ranks")
+
+    @property
+    def launch(self) -> Layout:
+        """The layout the case runs under: its own, else every rank on one node."""
+        return self.layout or Layout(1, self.world_size)
 
     @property
     def name(self) -> str:
@@ -144,6 +175,10 @@ class AssignmentPack:
 
     def case_ids(self) -> list[str]:
         return [case.name for case in self.cases()]
+
+    def degenerate(self) -> dict[str, str]:
+        """Case name -> why it exercises nothing its family grades (those cases weigh nothing)."""
+        return {case.name: case.degenerate for case in self.cases() if case.degenerate}
 
     def cases_of(self, test: str) -> list[Case]:
         return [case for case in self.cases() if case.test == test]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import shutil
 import sys
 import tempfile
@@ -20,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from grader.errors import UserError
+from grader.filenames import entries_named
 from grader.limits import Limits
 from grader.results import GradeResult, TimeSource
-from grader.submission_time import SubmittedAt, given, parse_time
-
-SALT_ENV = "GRADER_INPUT_SALT"
+from grader.salt import SALT_ENV, input_salt
+from grader.submission_time import SubmittedAt, given
 
 
 def grade(
@@ -53,9 +52,7 @@ def grade(
 
     timings: dict[str, float] = {}
     t0 = time.monotonic()
-    rubric = load_rubric(rubric_path)
-    if deadline is not None:
-        rubric = scoring.with_deadline(rubric, parse_time(deadline, "--deadline"))
+    rubric = scoring.under_deadline_option(load_rubric(rubric_path), deadline)
     limits = rubric.limits
     salt, salt_layer = input_salt(secret_file)
     only = selection.select(rubric, keyword) if keyword is not None else None
@@ -65,7 +62,7 @@ def grade(
         taken = intake.take(source, rubric, work / "sandbox", submitted_at, trust_commit_time)
         timings["intake"] = time.monotonic() - t0
         t = time.monotonic()
-        present = sorted(f for f in rubric.student_files if f in taken.present)
+        present = list(taken.student_files)
         findings = static.analyze_submission(taken.sandbox, present, rubric.policy)
         timings["static"] = time.monotonic() - t
         t = time.monotonic()
@@ -122,7 +119,7 @@ def keep_deliverables(sandbox: Path, names: tuple[str, ...], out_dir: Path) -> N
     shutil.rmtree(kept, ignore_errors=True)
     kept.mkdir(parents=True)
     for name in {Path(name).name for name in names}:  # intake puts each at the sandbox's top
-        for path in sandbox.glob(name) if "*" in name else [sandbox / name]:
+        for path in entries_named(sandbox, name):
             if path.is_file():
                 shutil.copyfile(path, kept / path.name)
 
@@ -135,25 +132,6 @@ def _isolation_fields(sandbox: Path, limits: Limits) -> dict[str, Any]:
         "cpu_s": limits.cpu_s,
         "file_size_mb": limits.file_size_mb,
     }
-
-
-def input_salt(secret_file: Path | None) -> tuple[str, str]:
-    """(the salt every input is keyed by, how it was chosen: the ``salt`` isolation layer).
-
-    Random per grading unless the instructor gives a secret (a file, or ``GRADER_INPUT_SALT``) for
-    reproducible regrades.  Either way it reaches the matrix session only, never a rank.
-    """
-    if secret_file is not None:
-        try:
-            secret = secret_file.read_text().strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"--secret-file {secret_file}: {exc}") from exc
-        if not secret:
-            raise UserError(f"--secret-file {secret_file} is empty")
-        return secret, "on: the instructor's secret (--secret-file)"
-    if os.environ.get(SALT_ENV):
-        return os.environ[SALT_ENV], f"on: the instructor's secret ({SALT_ENV})"
-    return secrets.token_hex(16), "on: random for this grading"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -202,8 +180,7 @@ def _grade_in_docker(args: argparse.Namespace) -> GradeResult:
     rubric = load_rubric(args.rubric)
     limits = rubric.limits
     out = args.out or Path(tempfile.mkdtemp(prefix="grader-out-"))
-    if args.deadline:  # refused here, as the local backend would, rather than by the container
-        scoring.with_deadline(rubric, parse_time(args.deadline, "--deadline"))
+    scoring.under_deadline_option(rubric, args.deadline)  # refused here, as the local backend would
     outcome = grade_in_container(
         Path(args.submission),
         out,
@@ -243,7 +220,7 @@ def _time_options(args: argparse.Namespace) -> list[str]:
         options += ["--submitted-at", args.submitted_at, "--submitted-at-source", args.submitted_at_source]
     if args.pushed_at:
         options += ["--pushed-at", args.pushed_at]
-    if args.deadline:
+    if args.deadline is not None:  # checked above (under_deadline_option)
         options += ["--deadline", args.deadline]
     return options + ["--trust-commit-time"] * args.trust_commit_time
 

@@ -24,7 +24,6 @@ from grader.pipeline import DELIVERABLES
 from grader.render.outputs import write_outputs
 from grader.results import GradeResult
 from grader.rubric import Rubric, load_rubric
-from grader.submission_time import parse_time
 
 
 def rescore(graded: Path, rubric: Rubric, manual: ManualScores | None = None) -> GradeResult:
@@ -56,8 +55,7 @@ def rescore(graded: Path, rubric: Rubric, manual: ManualScores | None = None) ->
 def main(args: argparse.Namespace) -> int:
     """``grader rescore DIR...``: each DIR a ``grader grade --out`` directory, rewritten in place."""
     rubric = load_rubric(args.rubric)
-    if args.deadline:
-        rubric = scoring.with_deadline(rubric, parse_time(args.deadline, "--deadline"))
+    rubric = scoring.under_deadline_option(rubric, args.deadline)
     manual = load_manual(args.manual) if args.manual else {}
     start = time.monotonic()
     for graded in args.dirs:

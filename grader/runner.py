@@ -25,8 +25,8 @@ from junitparser import Failure, JUnitXml, Properties, Property, TestCase, TestS
 from grader import runtimes
 from grader.matrix.plugin import CONFIG_ENV, PARENT_ENV, MatrixConfig
 from grader.pack import AssignmentPack, load_pack
-from grader.pipeline import SALT_ENV
 from grader.results import Verdict
+from grader.salt import SALT_ENV
 
 MAX_ROUNDS = 4
 NOT_SELECTED = "not selected for this run (grader grade -k): the score is partial"

@@ -51,6 +51,7 @@ from grader.rubric import (
     matches,
     paired,
 )
+from grader.submission_time import TIME_FORMS, parse_time
 
 MAX_FAILURES = 5  # CaseOutcomes kept per item
 EXAMPLES_PER_VERDICT = 2  # distinct messages quoted per kind of failure
@@ -110,6 +111,14 @@ def _case(case: TestCase) -> Case:
     return Case(case.name, verdict, props.get("message") or "", trace)
 
 
+def _by_reason(cases: list[Case], degenerate: dict[str, str]) -> dict[str, list[Case]]:
+    """Unscored cases grouped by why they weigh nothing ("" for a rubric's own weight 0), in order."""
+    groups: dict[str, list[Case]] = {}
+    for case in cases:
+        groups.setdefault(degenerate.get(case.id, ""), []).append(case)
+    return groups
+
+
 def _quote(outcome: CaseOutcome) -> str:
     return f"{outcome.message} ({outcome.id})" if outcome.message else outcome.id
 
@@ -134,6 +143,19 @@ def lateness(policy: LatePolicy | None, late: LatePenalty | None) -> Lateness:
     if late is None:
         return Lateness.UNKNOWN
     return Lateness.LATE if late.days_late > 0 else Lateness.ON_TIME
+
+
+def under_deadline_option(rubric: Rubric, option: str | None) -> Rubric:
+    """``rubric`` under a ``--deadline`` option, the one reading of it for ``grade`` (either backend),
+    ``batch`` and ``rescore``: None (not given) keeps the rubric's deadline; an empty value is refused,
+    since it reads as "no deadline" to one person and "keep the rubric's" to another."""
+    if option is None:
+        return rubric
+    if not option.strip():
+        raise UserError(
+            f"--deadline is empty: give a time ({TIME_FORMS}), or leave the option out to keep the rubric's deadline"
+        )
+    return with_deadline(rubric, parse_time(option, "--deadline"))
 
 
 def with_deadline(rubric: Rubric, deadline: datetime) -> Rubric:
@@ -334,9 +356,9 @@ class _Scorer:
         unscored = [self.cases[c] for c in ids if scoring.weight(c) == 0]
         lines[:0] = self.summary(item, scored)
         unscored_failing = [c for c in unscored if c.verdict is not Verdict.PASS]
-        if unscored_failing:
-            example = self.outcome(unscored_failing[0])
-            lines.append(f"{len(unscored_failing)} unscored case(s) fail too, e.g. " + _quote(example))
+        for reason, group in _by_reason(unscored_failing, scoring.degenerate).items():
+            why = f" ({reason}, so they weigh nothing)" if reason else ""
+            lines.append(f"{len(group)} unscored case(s) fail too{why}, e.g. " + _quote(self.outcome(group[0])))
         advisory_failing: list[Case] = []
         for component in (c for c in scoring.components if c.advisory):
             cases = [self.cases[c] for c in self.cases if matches(component.match, c)]

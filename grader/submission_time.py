@@ -33,6 +33,8 @@ class SubmittedAt:
 
 
 UNKNOWN = SubmittedAt(None, TimeSource.UNKNOWN)
+#: the forms :func:`parse_time` reads, as every option and message that takes a time says them
+TIME_FORMS = "ISO 8601 (without a zone: UTC) or Unix seconds"
 
 
 def parse_time(value: str, where: str) -> datetime:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 _SURROGATES = range(0xD800, 0xE000)
 _ESCAPED_BYTES = range(0xDC80, 0xDD00)  # what ``surrogateescape`` makes of the bytes 0x80..0xff
@@ -74,3 +75,39 @@ def _is_number(cell: str) -> bool:
     except ValueError:
         return False
     return cell.strip() == cell and cell.lower().lstrip("+-") not in ("inf", "infinity", "nan")
+
+
+@dataclass
+class Clipper:
+    """Text quoted from a submission (messages, captured output), kept small whatever it printed:
+    at most ``lines`` lines of ``line_chars`` characters and ``case_bytes`` bytes per text, and
+    ``total_bytes`` over every text one clipper sees (a grading's).  What is cut is said in the text.
+    Deterministic: the same texts in the same order are clipped the same way."""
+
+    lines: int
+    line_chars: int
+    case_bytes: int
+    total_bytes: int
+    used: int = 0
+
+    def __call__(self, text: str) -> str:
+        if not text:
+            return text
+        notes = []
+        kept = text.splitlines()
+        if len(kept) > self.lines:
+            notes.append(f"{len(kept) - self.lines} more lines left out")
+            kept = kept[: self.lines]
+        long = sum(len(line) > self.line_chars for line in kept)
+        if long:
+            notes.append(f"{long} line(s) cut at {self.line_chars} characters")
+            kept = [line[: self.line_chars] + " [...]" if len(line) > self.line_chars else line for line in kept]
+        out = "\n".join(kept)
+        room = max(0, min(self.case_bytes, self.total_bytes - self.used))
+        data = out.encode("utf-8", errors="surrogatepass")
+        if len(data) > room:
+            bounds = f"at most {self.case_bytes} per case, {self.total_bytes} in all"
+            notes.append(f"{len(data) - room} more bytes left out ({bounds})")
+            out = data[:room].decode("utf-8", errors="ignore")
+        self.used += len(out.encode("utf-8", errors="surrogatepass"))
+        return out + (f"\n[output limit: {'; '.join(notes)}]" if notes else "")

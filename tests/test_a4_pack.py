@@ -120,6 +120,53 @@ def test_a_rank_that_trains_on_rows_outside_its_slice_is_wrong_though_its_update
     assert "rows outside its own slice of the batch" in shifted["test_data_parallel[ws2-s1]"][1]
 
 
+def test_a_slice_taken_by_local_rank_is_right_on_one_node_only(tmp_path: Path) -> None:
+    """The handout runs on 4 nodes, one process each: LOCAL_RANK is 0 on every rank there (and 0, 1,
+    0, 1 on 2 nodes x 2), so a slice by local_rank gives ranks the same rows."""
+    source = (
+        (REFERENCE / "assignment4.py")
+        .read_text()
+        .replace("start_idx = rank * local_batch_size", "start_idx = local_rank * local_batch_size")
+    )
+    cases = ["test_data_parallel[ws4-s1]", "test_data_parallel[ws4-4x1-s1]", "test_data_parallel[ws4-2x2-s1]"]
+    verdicts = {name: verdict for name, (verdict, _) in run_cases(tmp_path, source, cases).items()}
+    assert verdicts == {
+        "test_data_parallel[ws4-s1]": "pass",  # one node: local_rank == rank
+        "test_data_parallel[ws4-4x1-s1]": "wrong",
+        "test_data_parallel[ws4-2x2-s1]": "wrong",
+    }
+
+
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ("        X = BroadcastParallel.apply(X)\n", "        BroadcastParallel.apply(X)\n"),
+        ("return grad_output\n\nclass", "return grad_output * 0.5\n\nclass"),
+    ],
+    ids=["result-discarded", "backward-broken"],
+)
+def test_the_layers_input_gradient_is_checked_and_only_it_fails(tmp_path: Path, old: str, new: str) -> None:
+    """BroadcastParallel "collect[s] the errors from all ranks in the backward pass": a layer that
+    skips it, or a backward that breaks it, keeps a right forward and a right update."""
+    source = (REFERENCE / "assignment4.py").read_text()
+    assert source.count(old) == 1
+    cases = [
+        "test_column_parallel_output[ws4-4x1]",
+        "test_column_parallel_input_grad[ws2]",
+        "test_column_parallel_input_grad[ws4-2x2]",
+        "test_column_parallel_step[ws4-4x1-s2]",
+    ]
+    right = run_cases(tmp_path / "right", source, cases)
+    assert {name: verdict for name, (verdict, _) in right.items()} == dict.fromkeys(cases, "pass")
+    broken = run_cases(tmp_path / "broken", source.replace(old, new), cases)
+    assert {name: verdict for name, (verdict, _) in broken.items()} == {
+        "test_column_parallel_output[ws4-4x1]": "pass",
+        "test_column_parallel_input_grad[ws2]": "wrong",
+        "test_column_parallel_input_grad[ws4-2x2]": "wrong",
+        "test_column_parallel_step[ws4-4x1-s2]": "pass",
+    }
+
+
 def test_the_reference_earns_every_point_and_its_log_confirms_the_comparisons(tmp_path: Path) -> None:
     result = grade(REFERENCE, RUBRIC)
     assert (result.score, result.max_score) == (100, 100)

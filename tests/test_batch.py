@@ -425,9 +425,12 @@ def test_rerun_grades_only_what_changed_and_force_grades_all(tmp_path, log):
 
     log.unlink()
     before = snapshot(out)
+    junits = {p: p.stat().st_mtime_ns for p in (out / "students").glob("*/junit.xml")}
+    assert len(junits) == 3
     run(roster, out)
     assert invocations(log) == []
     assert snapshot(out) == before  # scored again from the cache: to the same bytes
+    assert {p: p.stat().st_mtime_ns for p in junits} == junits  # the matrix runs were not written again
 
     (roster / "a9-bob" / "src" / "collectives.py").write_text("# fake: forbidden\nbob v2\n")
     (roster / "a9-carol" / "notes.txt").write_text("not a file the rubric names: no regrade\n")

@@ -3,8 +3,8 @@
 The grading command itself is replaced: a throw-away image built FROM the grader image runs
 `/submission/fake-grader.sh` as its entrypoint, so each test decides what "the grader" does (probe its own
 limits, hang, exhaust memory, write a forged result) with a tiny shell script, and never needs the pipeline.
-Skipped only when no Docker engine answers, and never under GRADER_REQUIRE_DOCKER=1, which
-scripts/ci-container-stage.sh sets: that stage is the gate that cannot skip.
+Skipped only when no Docker engine answers, and never under GRADER_REQUIRE_DOCKER=1, which .ci/run
+sets for the suite it runs with its engine up (scripts/docker-engine.sh): in CI they cannot skip.
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ Each entry in ``tests/corpus/hostile/<name>/`` is a student repo whose ``expecte
 exact item scores under the default rubric, a wall-clock bound and why.  An entry that cannot be
 committed as files (a ``.git`` of its own, a tree 1,100 levels deep, names that are not UTF-8) is a
 ``make.py`` that builds it: ``python make.py DEST``.  ``expected.json`` may also give ``args`` for
-``grader grade``, values ``result`` must hold (dotted paths into results.json), ``problems`` the
-submission's problems must mention, and files that must be ``absent`` after the run both beside the
-submission and in the output directory (what an attack would leave had it run).
+``grader grade``, ``max_bytes`` of named outputs, values ``result`` must hold (dotted paths into
+results.json), ``problems`` the submission's problems must mention, and files that must be
+``absent`` after the run both beside the submission and in the output directory (what an attack
+would leave had it run).
 
 Beyond that, a hostile submission must not disturb anything else: the grader exits 0, every output
 is written and is valid UTF-8, the output stays small, no process the entry started survives, and a
@@ -108,6 +109,8 @@ def test_hostile_entry(name: str, tmp_path: Path) -> None:
         assert lookup(result, dotted) == value, f"{name}: {dotted}"
     for wanted in expected.get("problems", []):
         assert wanted in result["submission"]["problems"], f"{name}: {result['submission']['problems']}"
+    for output, bound in expected.get("max_bytes", {}).items():  # what quotes a submission's output stays small
+        assert (out / output).stat().st_size <= bound, f"{name}: {output} holds {(out / output).stat().st_size} bytes"
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     assert size < MAX_OUT_BYTES, f"{name}: the output directory holds {size} bytes"
     assert marked_processes() == [], f"{name}: processes outlived the grading"

@@ -25,6 +25,7 @@ from grader.rubric import default_rubric_path, load_rubric
 from grader.scoring import read_junit, score
 
 CASE_IDS = list(catalog.all_case_ids())
+DEGENERATE = {c.name: c.degenerate for c in catalog.all_cases() if c.degenerate}
 RESULT = GradeResult.load(Path(__file__).parent / "fixtures" / "results" / "graded.json")
 RUN = Path(__file__).parent / "fixtures" / "scoring" / "reference.xml"
 SCORED = load_rubric(default_rubric_path(), list(read_junit(RUN)))  # the rubric, checked against that run
@@ -88,7 +89,7 @@ def test_any_manual_yaml_is_merged_or_refused_with_a_message(tmp_path_factory: A
 
 def rubric_invariant(path: Path) -> None:
     try:
-        rubric = load_rubric(path, CASE_IDS)
+        rubric = load_rubric(path, CASE_IDS, DEGENERATE)
     except UserError as exc:
         assert str(exc).strip()
         return

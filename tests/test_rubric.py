@@ -13,13 +13,15 @@ from junitparser import JUnitXml
 
 from grader import rubric as rubric_module
 from grader.errors import UserError
+from grader.limits import Limits
+from grader.packs.a9.catalog import ONE_RANK
 from grader.rubric import (
     CasesScoring,
     Condition,
     DeliverableScoring,
-    Limits,
     TraceScoring,
     WrittenScoring,
+    case_params,
     default_rubric_path,
     load_rubric,
     matches,
@@ -30,6 +32,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "scoring"
 A9 = Path(__file__).parent.parent / "rubrics" / "a9.yaml"
 # Until the matrix catalog exists, the reference run's cases stand in for it.
 CASE_IDS = [case.name for suite in JUnitXml.fromfile(str(FIXTURES / "reference.xml")) for case in suite]
+#: the stand-in cases at world size 1, marked degenerate as the a9 pack marks its own (weight 0)
+DEGENERATE = {c: ONE_RANK for c in CASE_IDS if case_params(c) == "ws1" or case_params(c).startswith("ws1-")}
 
 
 def load_variant(tmp_path: Path, *edits: tuple[str, str]) -> Path:
@@ -45,7 +49,7 @@ def load_variant(tmp_path: Path, *edits: tuple[str, str]) -> Path:
 
 def error_of(path: Path) -> str:
     with pytest.raises(UserError) as info:
-        load_rubric(path, CASE_IDS)
+        load_rubric(path, CASE_IDS, DEGENERATE)
     return str(info.value)
 
 
@@ -58,7 +62,7 @@ def line_of(path: Path, text: str) -> int:
 
 
 def test_a9_has_exactly_the_course_items_and_points():
-    rubric = load_rubric(A9, CASE_IDS)
+    rubric = load_rubric(A9, CASE_IDS, DEGENERATE)
     assert rubric.assignment.id == "a9"
     assert rubric.student_files == ("src/collectives.py", "src/transformer.py")
     assert [(t.id, t.points) for t in rubric.tasks] == [("task1", 50), ("task2", 50)]
@@ -83,7 +87,7 @@ def test_a9_has_exactly_the_course_items_and_points():
 
 
 def test_a9_scoring_kinds_and_targets():
-    rubric = load_rubric(A9, CASE_IDS)
+    rubric = load_rubric(A9, CASE_IDS, DEGENERATE)
     broadcast = rubric.item("task1.broadcast")
     assert broadcast.functions == ("src/collectives.py::my_broadcast",)
     assert isinstance(broadcast.scoring, CasesScoring)
@@ -93,8 +97,9 @@ def test_a9_scoring_kinds_and_targets():
         (("test_broadcast_noncontig[*",), 0, None),
     ]
     assert [c.advisory for c in broadcast.scoring.components] == [False, False, True]
-    assert broadcast.scoring.weight("test_broadcast[ws1-src0-float32-4x5]") == 0
+    assert broadcast.scoring.weight("test_broadcast[ws1-src0-float32-4x5]") == 0  # degenerate: the pack says
     assert broadcast.scoring.weight("test_broadcast[ws4-src2-float32-4x5]") == 1
+    assert broadcast.scoring.degenerate["test_broadcast[ws1-src0-float32-4x5]"].startswith("world size 1:")
     assert isinstance(rubric.item("task1.diagram").scoring, DeliverableScoring)
     written = rubric.item("task1.written").scoring
     assert isinstance(written, WrittenScoring)
@@ -114,7 +119,7 @@ def test_a9_scoring_kinds_and_targets():
 
 
 def test_a9_policy_limits_late_and_digest():
-    rubric = load_rubric(A9, CASE_IDS)
+    rubric = load_rubric(A9, CASE_IDS, DEGENERATE)
     task1 = rubric.policy.for_function("src/collectives.py", "my_allreduce")
     assert task1.forbids("all_reduce") and task1.forbids("broadcast")
     task2 = rubric.policy.for_function("src/transformer.py", "forward_tensor_parallel")
@@ -145,7 +150,7 @@ def test_limits_and_visibility_are_read_from_the_rubric(tmp_path):
         ("  memory_mb: 2048", "  memory_mb: 512"),
         ("case_ids: visible", "case_ids: hidden"),
     )
-    rubric = load_rubric(path, CASE_IDS)
+    rubric = load_rubric(path, CASE_IDS, DEGENERATE)
     assert (rubric.limits.case_timeout_s, rubric.limits.memory_mb, rubric.limits.nproc) == (3.5, 512, 64)
     assert rubric.visibility.hidden is True
 
@@ -166,7 +171,7 @@ def test_sections_left_out_take_their_defaults(tmp_path):
         "    items:\n"
         "      - {id: t.a, title: A, points: 3, cases: {match: 'test_reduce_scatter[*'}}\n"
     )
-    rubric = load_rubric(path, CASE_IDS)
+    rubric = load_rubric(path, CASE_IDS, DEGENERATE)
     assert rubric.limits == Limits(case_timeout_s=10, deadlock_after_s=1.0, memory_mb=2048, output_kb=64)
     assert (rubric.limits.nproc, rubric.limits.cpu_s, rubric.limits.file_size_mb) == (64, 60, 64)
     assert (rubric.limits.submission_mb, rubric.limits.total_timeout_s) == (20, 600)
@@ -388,10 +393,44 @@ def test_validate_prints_a_summary_without_importing_torch():
 
 
 def test_validate_prints_each_error_and_fails(tmp_path, capsys):
-    path = load_variant(tmp_path, ("    weight: 0", "    weihgt: 0"))
+    rules = 'case_weights:\n  - match: ["*[ws2-*"]\n    weihgt: 0\n\ntasks:\n'
+    path = load_variant(tmp_path, ("\ntasks:\n", "\n" + rules))
     assert rubric_module.main_validate(argparse.Namespace(file=path)) == 1
-    rule = line_of(path, "*[ws1-*")
+    rule = line_of(path, "*[ws2-*")
     assert capsys.readouterr().err.splitlines() == [
         f"{path}:{rule}:5: case_weights[0]: 'weight' is a required property",
         f"{path}:{rule + 1}:5: case_weights[0].weihgt: unknown key 'weihgt' (expected one of: match, weight)",
     ]
+
+
+def test_a_degenerate_case_weighs_nothing_whatever_the_rubric_says(tmp_path):
+    """One rule for every pack: a case the pack marks degenerate (``Case.degenerate``) has weight 0,
+    even where the rubric's own rules would weigh it."""
+    rules = 'case_weights:\n  - match: ["*[ws1-*", "*[ws2-*"]\n    weight: 3\n\ntasks:\n'
+    rubric = load_rubric(load_variant(tmp_path, ("\ntasks:\n", "\n" + rules)))
+    scoring = rubric.item("task1.allreduce").scoring
+    assert isinstance(scoring, CasesScoring)
+    assert scoring.weight("test_allreduce[ws1-float64-7]") == 0
+    assert scoring.weight("test_allreduce[ws2-float32-4x5]") == 3
+    assert scoring.weight("test_allreduce[ws3-float64-7]") == 1
+
+
+def test_a4_marks_world_size_1_and_one_accumulation_step_degenerate():
+    from grader.pack import load_pack
+
+    degenerate = load_pack("a4").degenerate()
+    assert degenerate["test_grad_accumulation[ws1-k1-s1]"].startswith("accumulation_steps 1:")
+    assert "test_grad_accumulation[ws1-k2-s1]" not in degenerate
+    assert degenerate["test_data_parallel[ws1-s2]"].startswith("world size 1:")
+    assert "test_data_parallel[ws4-4x1-s2]" not in degenerate
+    assert "test_single_step[ws1-s1]" not in degenerate  # Part 1 is one device by design: nothing is skipped
+
+
+def test_a_rubric_is_loaded_once_per_process_for_the_same_bytes(tmp_path):
+    """``cli.resolve_rubric`` checks a rubric, then the command loads it: the second load is the
+    first's result, and an edited file is read afresh."""
+    path = load_variant(tmp_path)
+    first = load_rubric(path)
+    assert load_rubric(path) is first
+    path.write_text(path.read_text().replace("title: ", "title: edited ", 1))
+    assert load_rubric(path) is not first

@@ -116,3 +116,13 @@ def test_a_misquote_is_caught() -> None:
     # the check above compares sentences exactly: a changed word is not in the handout
     assert flat("All collectives must be in-place on the input tensor") not in flat(handout("a9"))
     assert flat("All collectives should be in-place on the input tensor") in flat(handout("a9"))
+
+
+def test_every_reason_a_case_weighs_nothing_is_documented(pack: str) -> None:
+    """Degenerate cases (``Case.degenerate``) weigh 0 in every rubric: the rationale gives each reason."""
+    from grader.pack import load_pack
+
+    reasons = set(load_pack(pack).degenerate().values())
+    assert reasons, f"{pack} marks no case degenerate"
+    for reason in reasons:
+        assert flat(reason) in flat(rationale(pack)), f"docs/rubric-rationale-{pack}.md does not say {reason!r}"

@@ -17,6 +17,7 @@ from junitparser import JUnitXml, Properties
 from grader import __version__
 from grader.errors import GraderError, UserError
 from grader.manual import ManualScores
+from grader.packs.a9.catalog import ONE_RANK
 from grader.results import (
     CaseOutcome,
     Finding,
@@ -27,14 +28,16 @@ from grader.results import (
     SubmissionInfo,
     Verdict,
 )
-from grader.rubric import LatePolicy, Rubric, load_rubric
+from grader.rubric import LatePolicy, Rubric, case_params, load_rubric
 from grader.scoring import late_penalty, read_junit, score, with_deadline
 
 FIXTURES = Path(__file__).parent / "fixtures" / "scoring"
 A9 = Path(__file__).parent.parent / "rubrics" / "a9.yaml"
 # The fixtures cover a 33-case slice of the matrix; the rubric is checked against that slice.
 CASE_IDS = list(read_junit(FIXTURES / "reference.xml"))
-RUBRIC = load_rubric(A9, CASE_IDS)
+#: the stand-in cases at world size 1, marked degenerate as the a9 pack marks its own (weight 0)
+DEGENERATE = {c: ONE_RANK for c in CASE_IDS if case_params(c) == "ws1" or case_params(c).startswith("ws1-")}
+RUBRIC = load_rubric(A9, CASE_IDS, DEGENERATE)
 BOTH_FILES = {"src/collectives.py": "sha256:" + "a" * 64, "src/transformer.py": "sha256:" + "b" * 64}
 PDF = b"%PDF-1.7\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
 DIAGRAM_MERGED = ManualScores({"task1.diagram": 5.0})
@@ -50,7 +53,7 @@ def a9_with(tmp_path: Path, old: str, new: str) -> Rubric:
     assert text.count(old) == 1, old
     path = tmp_path / "variant.yaml"
     path.write_text(text.replace(old, new))
-    return load_rubric(path, CASE_IDS)
+    return load_rubric(path, CASE_IDS, DEGENERATE)
 
 
 @pytest.fixture
@@ -542,3 +545,28 @@ def test_an_unreadable_junit_file_is_the_graders_error(root, tmp_path):
         score(RUBRIC, tmp_path / "junit.xml", submission(), [], root)
     with pytest.raises(GraderError):
         score(RUBRIC, tmp_path / "absent.xml", submission(), [], root)
+
+
+def test_a_deadline_option_is_read_one_way_everywhere(tmp_path, capsys):
+    """``--deadline`` absent keeps the rubric's; a time replaces it; an empty value is refused with a
+    clear message by grade (either backend), batch and rescore alike, before anything runs."""
+    from grader.cli import main
+    from grader.scoring import under_deadline_option
+
+    assert under_deadline_option(RUBRIC, None) is RUBRIC
+    assert (
+        under_deadline_option(RUBRIC, "2026-01-05T12:00:00Z").late.deadline.isoformat() == "2026-01-05T12:00:00+00:00"
+    )
+    (tmp_path / "roster" / "alice").mkdir(parents=True)
+    (tmp_path / "roster" / "alice" / "x.py").write_text("")
+    commands = [
+        ["grade", str(tmp_path / "roster" / "alice")],
+        ["grade", str(tmp_path / "roster" / "alice"), "--backend", "docker"],
+        ["batch", str(tmp_path / "roster"), "--out", str(tmp_path / "class")],
+        ["rescore", str(tmp_path / "roster" / "alice")],
+    ]
+    for command in commands:
+        for empty in ("", "  "):
+            assert main([*command, "--deadline", empty]) == 1, command
+            assert "--deadline is empty: give a time" in capsys.readouterr().err, command
+    assert not (tmp_path / "class" / "students" / "alice").exists()  # nothing was graded

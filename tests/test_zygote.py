@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from grader.pack import load_pack
-from grader.pipeline import SALT_ENV
 from grader.runtimes.torchdist.launcher import Zygote
+from grader.salt import SALT_ENV
 
 BODIES = load_pack("a9").bodies
 
@@ -24,6 +24,7 @@ RANK_RUNTIME = {
     "grader.runtimes.torchdist.guard",
     "grader.runtimes.torchdist.policy",
     "grader.runtimes.torchdist.rank",
+    "grader.runtimes.torchdist.torchrun_env",  # what torchrun would tell a rank on the case's layout
     "grader.runtimes.torchdist.zygote",
     "grader.sandbox",
     "grader.sandbox.audit",

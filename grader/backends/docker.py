@@ -48,8 +48,8 @@ import docker
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
-from grader.pipeline import SALT_ENV
 from grader.results import schema_path
+from grader.salt import SALT_ENV
 
 Status = Literal["ok", "timeout", "oom", "start_failed", "error"]
 

@@ -48,7 +48,6 @@ from grader.render.student_report import render_student_report
 from grader.rescore import rescore
 from grader.results import GradeResult
 from grader.rubric import Rubric, load_rubric
-from grader.submission_time import parse_time
 
 
 def run_batch(
@@ -81,7 +80,7 @@ def run_batch(
     if unknown:
         raise UserError(f"{manual}: students not in the roster: {', '.join(unknown)}")
     loaded = load_rubric(rubric)  # a broken rubric is one error now, not one per student
-    scored = scoring.with_deadline(loaded, parse_time(deadline, "--deadline")) if deadline else loaded
+    scored = scoring.under_deadline_option(loaded, deadline)
 
     out = Path(out)
     students_dir = out / "students"
@@ -143,11 +142,20 @@ def _write_reports(
     for name, result in results.items():
         if result is not None:
             student_dir = out / "students" / name
-            write_outputs(result, student_dir, student_dir / GRADED_DIR / "junit.xml")
+            junit = student_dir / GRADED_DIR / "junit.xml"
+            # the matrix run rescoring never changes: copied when it is new, not again on every run
+            write_outputs(result, student_dir, None if _same_bytes(student_dir / "junit.xml", junit) else junit)
             write_text(student_dir / "report.html", render_student_report(result, student=name, diagram=diagram))
     write_text(out / "gradebook.csv", render_gradebook(rows, task_columns(results.values())))
     write_text(out / "index.html", render_class_report(results, rows))
     return rows
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    try:
+        return a.stat().st_size == b.stat().st_size and a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
 
 
 def main(args: argparse.Namespace) -> int:

@@ -25,11 +25,11 @@ from typing import Any, TextIO
 
 from grader.batch.cache import KEY_FILE, is_cached, read_json, submission_key
 from grader.batch.roster import Student
-from grader.cli import DIE_WITH_PARENT_ENV
 from grader.gradebook import GRADED, GRADER_ERROR, NO_SUBMISSION, TIMEOUT
 from grader.render.outputs import write_text
 from grader.results import GradeResult, TimeSource
 from grader.rubric import Rubric
+from grader.sandbox.isolation import DIE_WITH_PARENT_ENV
 
 KILL_GRACE_S = 10.0  # between SIGINT and SIGKILL when a grade is ended
 LOG_TAIL = 2000  # characters of grade.log quoted as the message of a failed grade

@@ -70,6 +70,7 @@ class MatrixSession:
         self.policy = Policy.from_dict(config.policy)
         self.student = student_config(self.pack, config.policy)  # what every group's ranks are told
         self.limits = Limits(**config.limits)
+        self.clip = self.limits.clipper()  # every message and capture quoted, bounded per case and in all
         self.sandbox = Path(config.sandbox)
         self.mode = portable.decide(config.runtime)
         self.zygote: Zygote | None = None  # the portable runtime spawns its ranks: no zygote, no sandbox
@@ -136,14 +137,15 @@ class MatrixSession:
                 self._remember_import_failure(module, decision, run)
         self._learn(case, decision.verdict)
         record("verdict", decision.verdict.value)
-        record("message", decision.message)
+        message, details = self.clip(decision.message), self.clip(decision.details)
+        record("message", message)
         if decision.trace:
             record("trace", json.dumps(decision.trace, separators=(",", ":")))
         with open(self.config.ledger, "a") as ledger:
             ledger.write(json.dumps({"case": case.name, "verdict": decision.verdict.value}) + "\n")
         if decision.verdict is not Verdict.PASS:
-            details = f"\n{decision.details}" if decision.details else ""
-            pytest.fail(f"[{decision.verdict.value}] {decision.message}{details}", pytrace=False)
+            details = f"\n{details}" if details else ""
+            pytest.fail(f"[{decision.verdict.value}] {message}{details}", pytrace=False)
 
     def _allowed(self, case: Case) -> frozenset[str]:
         """The built-in collectives the rubric lets the case's function call: what may show on the wire."""
@@ -194,6 +196,7 @@ class MatrixSession:
             "module": self.pack.module_to_import(case.kind),
             "params": params,
             "keep_events": bool(case.params.get("keep_events")),
+            "layout": [case.launch.nodes, case.launch.per_node],  # what torchrun would tell each rank
             "broken": {module: message for module, (_, message) in self.import_failures.items()},
         }
         budget = case_budget(self.limits, self.calibration.get(case.world_size), prepared.tensor_bytes)

@@ -76,6 +76,8 @@ def decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str]
         verdict = min((v for _, v in failures), key=_PRECEDENCE.index)
         if verdict is Verdict.CRASH and _memory_kill(run):
             verdict = Verdict.MEMORY
+        if verdict is Verdict.HANG and (run.memory_pressure or run.memory_kills):
+            return Decision(Verdict.MEMORY, _memory_before_time(run), trace, _details(run))
         return Decision(verdict, _failure_message(verdict, failures, run), trace, _details(run))
     for rep, expected in zip(run.ranks, prepared.expected, strict=True):
         problem = compare(rep.tensors, expected, prepared.tolerance)
@@ -235,6 +237,14 @@ def _innermost_student_frame(stack: str) -> str:
         if "/src/" in m["file"] and "site-packages" not in m["file"]:
             return f" at {m['file'].rsplit('/', 1)[-1]}:{m['line']} in {m['fn']}"
     return ""
+
+
+def _memory_before_time(run: CaseRun) -> str:
+    """A case that ran out of time after its memory cgroup hit the limit: memory, with the figures
+    (a rank filling memfd or tmpfs pages slowly is throttled by reclaim long before an OOM kill)."""
+    said = [f"rank {r} {figure}" for r, figure in sorted(run.memory_pressure.items())]
+    said += [f"rank {r} was killed by the kernel" for r in run.memory_kills if r not in run.memory_pressure]
+    return "memory limit exceeded: " + "; ".join(said) + f", and the case then ran out of time ({run.hang})"
 
 
 def _memory_kill(run: CaseRun) -> bool:

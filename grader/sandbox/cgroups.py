@@ -194,6 +194,27 @@ class GroupCgroups:
             pass
         return 0
 
+    def limit_hits(self, rank: int) -> int:
+        """How often the rank's memory reached its limit (v2: ``memory.events`` max + oom; v1:
+        ``memory.failcnt``): pressure a rank that fills its memory slowly records before any OOM kill."""
+        try:
+            if self.version == 2:
+                events = dict(
+                    line.split(" ", 1) for line in (self.ranks[rank] / "memory.events").read_text().splitlines()
+                )
+                return int(events.get("max", 0)) + int(events.get("oom", 0))
+            return int((self.ranks[rank] / "memory.failcnt").read_text())
+        except (OSError, ValueError):
+            return 0
+
+    def peak_mb(self, rank: int) -> int | None:
+        """The most memory the rank's cgroup held so far, in MiB (None where the kernel does not say)."""
+        name = "memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"
+        try:
+            return int((self.ranks[rank] / name).read_text()) >> 20
+        except (OSError, ValueError):
+            return None
+
     def rank_pids(self, rank: int) -> list[int]:
         """Host pids in the rank's cgroup (the rank and whatever it started)."""
         return _procs(self.ranks[rank])

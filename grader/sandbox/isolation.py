@@ -286,6 +286,11 @@ def _prctl(option: int, value: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
+#: Set by ``grader batch`` for the grades it starts: the parent's pid, whose death ends the grade
+#: (``grader.cli`` arms :func:`die_with_parent` with it).
+DIE_WITH_PARENT_ENV = "GRADER_DIE_WITH_PARENT"
+
+
 def die_with_parent(parent: int, sig: int) -> None:
     """Arm PDEATHSIG, then make sure the parent did not die before it was armed.  Where there is no
     ``prctl`` (macOS, Windows), a thread watches the parent instead."""

@@ -7,15 +7,20 @@ and of the globals the script defines: ``init_distributed``, ``create_batch``, `
 ``compare_tensors``, ``rank``, ``world_size``, ``global_batch_size``, ``local_batch_size``,
 ``input_dim``, ``output_dim``.  The handout's functions are then called on CPU.
 
-In the data-parallel cases ``create_batch`` hands every rank the full batch with every row outside
-the rank's own slice set to NaN: a rank that computes on rows that are not its own (the whole batch,
-or the wrong slice) ends with NaN in its weight.
+``create_batch`` serves the batch the session sent for the case, whatever seed it is called with:
+the rank is never given what the batch is made from (the grading's salt), and in the
+data-parallel cases every row outside the rank's own slice is NaN, so a rank that computes on
+rows that are not its own (the whole batch, the wrong slice, or data it made itself from the
+seed) ends with NaN or a wrong weight.  ``rank``, ``local_rank`` and ``world_size`` are what
+torchrun tells the rank on the case's layout (``LOCAL_RANK`` is 0 on every rank of the handout's
+4 nodes).
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +30,9 @@ import torch.nn as nn
 import torch.optim as optim
 from torch.distributed import ReduceOp
 
+from grader.packs.a4.handout import GLOBAL_BATCH, HANDOUT_SEED, INPUT_DIM, OUTPUT_DIM
+
 SCRIPT = "assignment4.py"
-GLOBAL_BATCH, INPUT_DIM, OUTPUT_DIM = 128, 64, 32
 Tensors = dict[str, torch.Tensor]
 
 
@@ -55,32 +61,34 @@ def compare_tensors(tensor1: torch.Tensor, tensor2: torch.Tensor, tol: float = 1
     print(f"[{prefix}][Rank {dist.get_rank()}] Tensors match: {is_close}", flush=True)
 
 
-def _create_batch(poison: bool) -> Any:
+def _create_batch(served: Tensors) -> Any:
     def create_batch(
-        batch_size: int, input_dim: int, output_dim: int, seed: int = 42, device: str = "cuda"
+        batch_size: int, input_dim: int, output_dim: int, seed: int = HANDOUT_SEED, device: str = "cuda"
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The handout's ``create_batch`` on CPU; poisoned (see the module) in the data-parallel cases."""
-        torch.manual_seed(seed)
-        inputs = torch.randn(batch_size, input_dim)
-        targets = torch.randn(batch_size, output_dim)
-        if poison and dist.get_world_size() > 1:
-            local = batch_size // dist.get_world_size()
-            mine = slice(dist.get_rank() * local, (dist.get_rank() + 1) * local)
-            for t in (inputs, targets):
-                keep = t[mine].clone()
-                t.fill_(float("nan"))
-                t[mine] = keep
-        return inputs, targets
+        """The handout's ``create_batch`` on CPU: the case's batch, as the session sent it (see the module)."""
+        torch.manual_seed(seed)  # the handout's version leaves the generator there; code after it may draw
+        inputs, targets = served["inputs"], served["targets"]
+        if (batch_size, input_dim, output_dim) != (inputs.shape[0], inputs.shape[1], targets.shape[1]):
+            raise ValueError(
+                f"create_batch({batch_size}, {input_dim}, {output_dim}): the handout's batch is "
+                f"create_batch(global_batch_size, input_dim, output_dim), {GLOBAL_BATCH} x {INPUT_DIM} -> {OUTPUT_DIM}"
+            )
+        return inputs.clone(), targets.clone()
 
     return create_batch
 
 
+def _local_rank() -> int:
+    """``LOCAL_RANK`` as torchrun set it for the case's layout (``grader.runtimes.torchdist.torchrun_env``)."""
+    return int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+
+
 def _init_distributed() -> tuple[int, int, int]:
     """The handout's ``init_distributed``: the group is already up (Gloo, CPU); nothing to start."""
-    return dist.get_rank(), dist.get_rank(), dist.get_world_size()
+    return dist.get_rank(), _local_rank(), dist.get_world_size()
 
 
-def definitions(student: Any, poison: bool = False) -> dict[str, Any]:
+def definitions(student: Any, served: Tensors | None = None) -> dict[str, Any]:
     """The script's definitions, executed in a namespace of the grader's helpers and globals."""
     path = Path(student.sandbox) / SCRIPT
     tree = ast.parse(path.read_bytes(), str(path))
@@ -92,17 +100,17 @@ def definitions(student: Any, poison: bool = False) -> dict[str, Any]:
         "dist": dist,
         "ReduceOp": ReduceOp,
         "init_distributed": _init_distributed,
-        "create_batch": _create_batch(poison),
+        "create_batch": _create_batch(served or {}),
         "check": check,
         "compare_tensors": compare_tensors,
         "rank": rank,
-        "local_rank": rank,
+        "local_rank": _local_rank(),
         "world_size": world_size,
         "global_batch_size": GLOBAL_BATCH,
         "local_batch_size": GLOBAL_BATCH // world_size,
         "input_dim": INPUT_DIM,
         "output_dim": OUTPUT_DIM,
-        "seed": 42,
+        "seed": HANDOUT_SEED,
     }
     namespace: dict[str, Any] = {"__name__": "assignment4", "__file__": str(path), **given}
     for node in tree.body:
@@ -138,9 +146,9 @@ def _seed(t: Tensors) -> int:
     return int(t["seed"].item())
 
 
-def _step(function: str, poison: bool = False) -> Any:
+def _step(function: str) -> Any:
     def body(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
-        fn = named(definitions(student, poison), function)
+        fn = named(definitions(student, t), function)
         kwargs: dict[str, Any] = {"seed": _seed(t), "device": "cpu"}
         if "steps" in params:
             kwargs["accumulation_steps"] = params["steps"]
@@ -187,14 +195,30 @@ def _column_output(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
     return {"out": out.detach()}
 
 
+def _column_input_grad(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
+    """The layer's backward to its input: ``BroadcastParallel`` collects the input's gradient from
+    every rank ("collect the errors from all ranks in the backward pass")."""
+    layer = _column_layer(student, t)
+    x = t["x"].clone().requires_grad_(True)
+    with torch.enable_grad():
+        out = layer(x)
+        if not isinstance(out, torch.Tensor) or not out.requires_grad:
+            raise TypeError("FullColumnParallelLinear.forward returned no output that autograd can go back through")
+        out.backward(t["g"])
+    if x.grad is None:
+        raise TypeError("FullColumnParallelLinear.forward gave its input no gradient")
+    return {"grad": x.grad}
+
+
 BODIES = {
     "single_step": _step("single_step"),
     "grad_accumulation": _step("single_step_with_grad_accumulation"),
-    "data_parallel": _step("data_parallel_single_step", poison=True),
+    "data_parallel": _step("data_parallel_single_step"),
     "broadcast_parallel": _autograd("BroadcastParallel"),
     "gather_parallel": _autograd("GatherParallel"),
     "column_shard": _column_shard,
     "column_output": _column_output,
+    "column_input_grad": _column_input_grad,
     "column_step": _step("full_column_parallel_single_step"),
 }
 

@@ -1,16 +1,26 @@
 """The matrix of Assignment 4 as plain data (no torch).
 
 A case's name is ``f"{test}[{id}]"``.  Seeds: ``s1`` is the handout's 42, ``s2`` is drawn from the
-grading's salt (``expected.seed_of``), so a hard-coded 42 shows.
+grading's salt (``expected.seed_of``), so a hard-coded 42 shows.  Layouts: the handout launches
+with torchrun "on 4 nodes", one process per node (``LOCAL_RANK`` is 0 on every rank); the parallel
+parts run there (ids ``ws4-4x1...``), on one node at every world size (the plain ``ws{n}`` ids)
+and on 2 nodes x 2 (``ws4-2x2...``), so code that takes ``local_rank`` for ``rank`` shows.
 """
 
 from __future__ import annotations
 
-from grader.pack import Case
+from grader.pack import Case, Layout
 
 WORLD_SIZES = (1, 2, 4, 8)  # all divide global_batch_size 128 and output_dim 32
 ACCUMULATION_STEPS = (1, 2, 4, 8)
 SEEDS = ("s1", "s2")
+HANDOUT_LAYOUT = Layout(4, 1)  # "we will always run on 4 nodes": one rank, GPU 0, per node
+#: every launch a parallel part runs under: one node at each world size, the handout's, and 2 x 2
+LAYOUTS: tuple[Layout | None, ...] = (None, HANDOUT_LAYOUT, Layout(2, 2))
+
+#: Why the cases a part grades nothing at are weighed 0 (``grader.pack.Case.degenerate``).
+ONE_RANK = "world size 1: one rank needs no communication, so code that ignores the other ranks passes"
+ONE_STEP = "accumulation_steps 1: nothing accumulates, so code that neither scales nor slices right passes"
 
 #: The handout's name each kind exercises: a case fails "not implemented" when the script lacks it.
 FUNCTION_OF = {
@@ -21,36 +31,52 @@ FUNCTION_OF = {
     "gather_parallel": "GatherParallel",
     "column_shard": "FullColumnParallelLinear",
     "column_output": "FullColumnParallelLinear",
+    "column_input_grad": "FullColumnParallelLinear",
     "column_step": "full_column_parallel_single_step",
 }
 #: Said when a data-parallel rank's weight holds NaN (the grader's batch holds NaN outside its slice).
 NAN_HINT = (
     "NaN: this rank computed on rows outside its own slice of the batch, which the grader fills with NaN; "
-    "each rank must use only rows rank * local_batch_size up to (rank + 1) * local_batch_size"
+    "each rank must use only rows rank * local_batch_size up to (rank + 1) * local_batch_size "
+    "(rank, not local_rank: on the handout's 4 nodes every local_rank is 0)"
 )
+
+
+def _parallel(test: str, kind: str, params: dict[str, object], seeds: tuple[str, ...] = ()) -> list[Case]:
+    """A parallel part's cases: every world size on one node, and ws4 under the other layouts."""
+    cases = []
+    for layout in LAYOUTS:
+        for ws in WORLD_SIZES if layout is None else (layout.world_size,):
+            where = f"ws{ws}" if layout is None else f"ws{ws}-{layout}"
+            for s in seeds or (None,):
+                ident = where if s is None else f"{where}-{s}"
+                case_params = params if s is None else {**params, "seed": s}
+                degenerate = ONE_RANK if ws == 1 else None
+                cases.append(Case(test, ident, ws, kind, case_params, layout=layout, degenerate=degenerate))
+    return cases
 
 
 def all_cases() -> list[Case]:
     cases = [Case("test_single_step", f"ws1-{s}", 1, "single_step", {"seed": s}) for s in SEEDS]
     cases += [
-        Case("test_grad_accumulation", f"ws1-k{k}-{s}", 1, "grad_accumulation", {"seed": s, "steps": k})
+        Case(
+            "test_grad_accumulation",
+            f"ws1-k{k}-{s}",
+            1,
+            "grad_accumulation",
+            {"seed": s, "steps": k},
+            degenerate=ONE_STEP if k == 1 else None,
+        )
         for k in ACCUMULATION_STEPS
         for s in SEEDS
     ]
-    cases += [
-        Case("test_data_parallel", f"ws{ws}-{s}", ws, "data_parallel", {"seed": s, "nan_hint": NAN_HINT})
-        for ws in WORLD_SIZES
-        for s in SEEDS
-    ]
+    cases += _parallel("test_data_parallel", "data_parallel", {"nan_hint": NAN_HINT}, SEEDS)
     for test, kind in (("test_broadcast_parallel", "broadcast_parallel"), ("test_gather_parallel", "gather_parallel")):
-        cases += [Case(test, f"ws{ws}", ws, kind, {}) for ws in WORLD_SIZES]
+        cases += [Case(test, f"ws{ws}", ws, kind, {}, degenerate=ONE_RANK if ws == 1 else None) for ws in WORLD_SIZES]
     cases += [Case("test_column_parallel_shard", f"ws{ws}", ws, "column_shard", {"seed": "s2"}) for ws in WORLD_SIZES]
-    cases += [Case("test_column_parallel_output", f"ws{ws}", ws, "column_output", {"seed": "s2"}) for ws in WORLD_SIZES]
-    cases += [
-        Case("test_column_parallel_step", f"ws{ws}-{s}", ws, "column_step", {"seed": s})
-        for ws in WORLD_SIZES
-        for s in SEEDS
-    ]
+    cases += _parallel("test_column_parallel_output", "column_output", {"seed": "s2"})
+    cases += _parallel("test_column_parallel_input_grad", "column_input_grad", {"seed": "s2"})
+    cases += _parallel("test_column_parallel_step", "column_step", {}, SEEDS)
     return cases
 
 

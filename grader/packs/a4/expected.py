@@ -1,10 +1,13 @@
 """Session side: the trusted baseline of Assignment 4 and what every rank must return.
 
 Every part of the handout must produce the weight one SGD step (lr 0.5, MSE over the whole batch)
-gives from the same initial weight and data.  That step is computed here, from the handout's own
-recipe (``torch.manual_seed(seed); torch.randn(input_dim, output_dim)`` for the weight, the
-handout's ``create_batch`` for the data), never by a rank.  Each rank is sent only the seed (which
-the handout's functions take as an argument) and, for the direct tests, its own tensors.
+gives from the same initial weight and data.  That step is computed here, never by a rank.  The
+initial weight follows the handout's recipe from the seed each function is called with
+(``torch.manual_seed(seed); torch.randn(input_dim, output_dim)``); the batch does not: it is drawn
+from the grading's secret salt and sent to the ranks, whose ``create_batch`` serves it whatever
+seed it is called with.  A rank therefore cannot rebuild the batch, nor the rows of it the
+data-parallel cases hide from it (NaN outside its own slice): code that makes its own data from
+the seed computes on the wrong data.
 """
 
 from __future__ import annotations
@@ -14,10 +17,10 @@ import hashlib
 import torch
 
 from grader.pack import Case, Prepared
+from grader.packs.a4.handout import GLOBAL_BATCH, HANDOUT_SEED, INPUT_DIM, LR, OUTPUT_DIM
 
-INPUT_DIM, OUTPUT_DIM, GLOBAL_BATCH, LR = 64, 32, 128, 0.5
-HANDOUT_SEED = 42
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}  # the handout compares with 1e-5; sums come in other orders
+Tensors = dict[str, torch.Tensor]
 
 
 def seed_of(case: Case, salt: str) -> int:
@@ -32,43 +35,58 @@ def _generator(seed: int) -> torch.Generator:
 
 
 def initial_weight(seed: int) -> torch.Tensor:
+    """The handout's ``torch.manual_seed(seed); torch.randn(input_dim, output_dim)``."""
     return torch.randn(INPUT_DIM, OUTPUT_DIM, generator=_generator(seed))
 
 
-def batch(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The handout's ``create_batch(128, 64, 32, seed)``: inputs then targets from one seeded stream."""
-    gen = _generator(seed)
+def batch(case: Case, salt: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A case's batch (inputs, targets of the handout's shapes), from the salt alone."""
+    gen = _generator(case.seed(salt))
     return torch.randn(GLOBAL_BATCH, INPUT_DIM, generator=gen), torch.randn(GLOBAL_BATCH, OUTPUT_DIM, generator=gen)
 
 
-def updated_weight(seed: int) -> torch.Tensor:
+def poisoned(tensor: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
+    """``tensor`` with every row outside ``rank``'s slice of the batch set to NaN."""
+    local = GLOBAL_BATCH // world_size
+    out = torch.full_like(tensor, float("nan"))
+    out[rank * local : (rank + 1) * local] = tensor[rank * local : (rank + 1) * local]
+    return out
+
+
+def updated_weight(weight: torch.Tensor, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """One SGD step on the mean squared error over the whole batch, in float64 for a clean target."""
-    weight = initial_weight(seed).double().requires_grad_(True)
-    inputs, targets = (t.double() for t in batch(seed))
-    loss = torch.nn.functional.mse_loss(inputs @ weight, targets)
-    (grad,) = torch.autograd.grad(loss, weight)
-    return (weight.detach() - LR * grad).float()
+    w = weight.double().requires_grad_(True)
+    loss = torch.nn.functional.mse_loss(inputs.double() @ w, targets.double())
+    (grad,) = torch.autograd.grad(loss, w)
+    return (w.detach() - LR * grad).float()
 
 
 def prepare(case: Case, salt: str) -> Prepared:
     ws = case.world_size
-    seed = torch.tensor(seed_of(case, salt))
     if case.kind in ("broadcast_parallel", "gather_parallel"):
         return _autograd(case, salt)
+    s = seed_of(case, salt)
+    seed, w0 = torch.tensor(s), initial_weight(s)
+    inputs, targets = batch(case, salt)
     if case.kind == "column_shard":
-        w0 = initial_weight(seed_of(case, salt))
         shards = w0.chunk(ws, dim=1)
-        return Prepared([{"seed": seed, "w": w0} for _ in range(ws)], [{"out": s} for s in shards], w0.numel() * 4, {})
+        return Prepared([{"w": w0} for _ in range(ws)], [{"out": s} for s in shards], w0.numel() * 4, {})
     if case.kind == "column_output":
-        s = seed_of(case, salt)
-        w0, (inputs, _) = initial_weight(s), batch(s)
         want = (inputs.double() @ w0.double()).float()
-        sent = [{"seed": seed, "w": w0, "x": inputs} for _ in range(ws)]
+        sent = [{"w": w0, "x": inputs} for _ in range(ws)]
         return Prepared(sent, [{"out": want} for _ in range(ws)], inputs.numel() * 4, TOLERANCE)
-    want = updated_weight(seed_of(case, salt))
-    return Prepared(
-        [{"seed": seed} for _ in range(ws)], [{"out": want} for _ in range(ws)], want.numel() * 4, TOLERANCE
-    )
+    if case.kind == "column_input_grad":  # every rank holds the same loss, so the same upstream gradient
+        upstream = torch.randn(GLOBAL_BATCH, OUTPUT_DIM, generator=_generator(case.seed(salt) + 1))
+        want = (upstream.double() @ w0.double().T).float()
+        sent = [{"w": w0, "x": inputs, "g": upstream} for _ in range(ws)]
+        return Prepared(sent, [{"grad": want} for _ in range(ws)], inputs.numel() * 4, TOLERANCE)
+    want = updated_weight(w0, inputs, targets)
+    batches: list[Tensors] = [{"seed": seed, "inputs": inputs, "targets": targets} for _ in range(ws)]
+    if case.kind == "data_parallel" and ws > 1:
+        batches = [
+            {"seed": seed, "inputs": poisoned(inputs, r, ws), "targets": poisoned(targets, r, ws)} for r in range(ws)
+        ]
+    return Prepared(batches, [{"out": want} for _ in range(ws)], want.numel() * 4, TOLERANCE)
 
 
 def _autograd(case: Case, salt: str) -> Prepared:

@@ -42,3 +42,7 @@ def test_column_parallel_output(case, check):
 
 def test_column_parallel_step(case, check):
     check(case)
+
+
+def test_column_parallel_input_grad(case, check):
+    check(case)

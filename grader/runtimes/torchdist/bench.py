@@ -111,7 +111,7 @@ def main(args: argparse.Namespace) -> int:
     pack = load_pack(rubric.assignment.pack)
     with tempfile.TemporaryDirectory(prefix="grader-bench-") as tmp:
         taken = intake.take(args.submission, rubric, Path(tmp) / "sandbox")
-        present = {f for f in rubric.student_files if f in taken.present}
+        present = set(taken.student_files)
         pool = [
             c
             for c in pack.cases()

@@ -80,6 +80,8 @@ class CaseRun:
     output_truncated: bool = False
     traffic: Traffic | None = None  # measured; None where the group has no capture
     memory_kills: list[int] = field(default_factory=list)  # ranks the kernel killed for memory
+    #: rank -> what its memory cgroup recorded when the rank reached its limit during the case
+    memory_pressure: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -367,6 +369,7 @@ class RankGroup:
         for rk in self._ranks:
             rk.status.set(StatusSlot.RUNNING, "")
         ooms = [self._cgroups.oom_kills(r) for r in range(self.world_size)] if self._cgroups else []
+        hits = [self._cgroups.limit_hits(r) for r in range(self.world_size)] if self._cgroups else []
         if self._capture is not None:
             self._capture.begin_case()
         run = self._exchange(frames, timeout_s, expect="case")
@@ -374,9 +377,22 @@ class RankGroup:
             run.traffic = self._measured(run)
         if self._cgroups is not None:
             run.memory_kills = [r for r in range(self.world_size) if self._cgroups.oom_kills(r) > ooms[r]]
+            run.memory_pressure = self._memory_pressure(hits)
         if not clean(run):
             self.close()
         return run
+
+    def _memory_pressure(self, before: list[int]) -> dict[int, str]:
+        """Each rank whose memory cgroup reached its limit during the case, with the figures."""
+        assert self._cgroups is not None
+        found = {}
+        for r in range(self.world_size):
+            hits = self._cgroups.limit_hits(r) - before[r]
+            if hits > 0:
+                peak = self._cgroups.peak_mb(r)
+                held = f", {peak} MiB at most" if peak is not None else ""
+                found[r] = f"reached its memory limit ({self.limits.memory_mb} MiB) {hits} time(s){held}"
+        return found
 
     def _measured(self, run: CaseRun) -> Traffic:
         """The case's traffic, once the data every rank's records announce has crossed."""

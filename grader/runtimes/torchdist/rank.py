@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 
 from grader.runtimes.torchdist import guard
+from grader.runtimes.torchdist.torchrun_env import torchrun_env
 from grader.sandbox import audit, isolation, syscalls, wire
 from grader.sandbox.status import StatusSlot
 
@@ -372,6 +373,8 @@ def _run_case(frame: wire.Frame, student: Student, rank_guard: guard.Guard, setu
     for name, reason in head.get("broken", {}).items():  # failed or hung in an earlier case: never retried
         if name not in sys.modules:
             student.errors.setdefault(str(name), str(reason)[:2000])
+    nodes, per_node = head.get("layout") or (1, setup.world_size)
+    os.environ.update(torchrun_env(setup.rank, int(nodes), int(per_node)))  # before the import: it may read them
     tensors: dict[str, torch.Tensor] = {}
     try:
         if head.get("module"):  # the session names the student module the case needs
