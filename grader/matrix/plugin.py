@@ -30,6 +30,8 @@ from grader.runtimes.torchdist.policy import Policy
 if TYPE_CHECKING:
     from grader.matrix.verdicts import Decision
 
+MEASURE_RUNS = 2  # runs of a case whose capture lost packets, before it is decided on what was measured
+START_ATTEMPTS = 3  # starts of a rank group before its failure decides the case
 CONFIG_ENV = "GRADER_MATRIX_CONFIG"
 PARENT_ENV = "GRADER_MATRIX_PARENT"  # the runner's pid: the session dies with it
 
@@ -79,6 +81,7 @@ class MatrixSession:
         self.failed_functions: set[str] = set()  # functions with a failing case that a stand-in may replace
         self.hung: dict[tuple[str, int], str] = {}  # (function, world size) -> the case that hung
         self.calibration: dict[int, float | None] = {}  # world size -> seconds of the calibration allreduce
+        self.student_code_ran = False  # a case ran in this session: a group failing to start may be its doing
         self._replay_ledger()
 
     def _replay_ledger(self) -> None:
@@ -92,6 +95,7 @@ class MatrixSession:
                 continue
             if case is not None:
                 self._learn(case, verdict)
+                self.student_code_ran = True  # as far as a start failure is concerned
 
     def _learn(self, case: Case, verdict: Verdict) -> None:
         """A function with a failing case is replaced by the grader's own where the pack allows it; a
@@ -112,9 +116,8 @@ class MatrixSession:
             prepared = self.pack.prepare(case, self.config.salt)
             try:
                 run = self._run(case, prepared)
-            except GroupStartError as exc:  # before any student code ran: the grader's failure
-                self.start_failures[case.world_size] = exc.reason
-                decision = verdicts.Decision(Verdict.ERROR, f"the grader could not start the ranks: {exc.reason}")
+            except GroupStartError as exc:
+                decision = self._start_failure(exc.reason)
             else:
                 decision = verdicts.decide(case, prepared, run, self._allowed(case))
                 self._remember_import_failure(module, decision, run)
@@ -128,6 +131,20 @@ class MatrixSession:
         if decision.verdict is not Verdict.PASS:
             details = f"\n{decision.details}" if decision.details else ""
             pytest.fail(f"[{decision.verdict.value}] {decision.message}{details}", pytrace=False)
+
+    def _start_failure(self, reason: str) -> Decision:
+        """A group that did not start, even when tried again: the grader's failure only when no
+        student code had run yet; after the submission's own cases it is charged to the submission
+        (what it left running, or the load it made, is the likeliest cause), never to the grader."""
+        from grader.matrix.verdicts import Decision
+
+        if self.student_code_ran:
+            return Decision(
+                Verdict.CRASH,
+                f"the ranks could not be started for this case after this submission's earlier cases, "
+                f"{START_ATTEMPTS} times: {reason}",
+            )
+        return Decision(Verdict.ERROR, f"the grader could not start the ranks: {reason}")
 
     def _allowed(self, case: Case) -> frozenset[str]:
         """The built-in collectives the rubric lets the case's function call: what may show on the wire."""
@@ -164,18 +181,8 @@ class MatrixSession:
             self.import_failures[module] = (Verdict.HANG, "the import never finished: " + decision.message)
 
     def _run(self, case: Case, prepared: Prepared) -> Any:
-        from grader.runtimes.torchdist.launcher import GroupStartError, RankGroup
-
-        group = self.groups.get(case.world_size)
-        if case.world_size in self.start_failures:  # once is enough: a grader fault does not heal
-            raise GroupStartError(self.start_failures[case.world_size])
-        if group is None or not group.alive:
-            group = RankGroup(case.world_size, self.sandbox, self.limits, self.zygote, self.sandboxing, self.student)
-            group.start()
-            self.groups[case.world_size] = group
-            self.layers.update(group.layers)
-            if case.world_size not in self.calibration:
-                self.calibration[case.world_size] = self._calibrate(group)
+        """Run the case; one whose capture lost packets runs again in a fresh group (``MEASURE_RUNS``
+        in all), and is decided on its last run (``verdicts.tampering``: lost is never clean)."""
         params = case.params
         trusted = self._trusted(case)
         if trusted:  # one defect is charged once: the grader's own versions stand in for failed functions
@@ -187,8 +194,46 @@ class MatrixSession:
             "keep_events": bool(case.params.get("keep_events")),
             "broken": {module: message for module, (_, message) in self.import_failures.items()},
         }
-        budget = case_budget(self.limits, self.calibration.get(case.world_size), prepared.tensor_bytes)
-        return group.run_case(header, prepared.inputs, budget)
+        for attempt in range(1, MEASURE_RUNS + 1):
+            group = self._group(case.world_size)
+            budget = case_budget(self.limits, self.calibration.get(case.world_size), prepared.tensor_bytes)
+            run = group.run_case(header, prepared.inputs, budget)
+            run.runs = attempt
+            self.student_code_ran = True
+            if run.traffic is None or not run.traffic.lost:
+                break
+        return run
+
+    def _group(self, world_size: int) -> Any:
+        """The live group of this world size, started (and calibrated) if there is none.  A start that
+        fails is tried again (``START_ATTEMPTS`` in all) with every other group closed, so that what a
+        submission left running there cannot starve it; a start that still fails is remembered."""
+        from grader.runtimes.torchdist.launcher import GroupStartError, RankGroup
+
+        if world_size in self.start_failures:  # once is enough: the next case would fail the same way
+            raise GroupStartError(self.start_failures[world_size])
+        group = self.groups.get(world_size)
+        if group is not None and group.alive:
+            return group
+        attempt = 1
+        while True:
+            group = RankGroup(world_size, self.sandbox, self.limits, self.zygote, self.sandboxing, self.student)
+            try:
+                group.start()
+                break
+            except GroupStartError as exc:
+                if attempt == START_ATTEMPTS:
+                    self.start_failures[world_size] = exc.reason
+                    raise
+            attempt += 1
+            for other in self.groups.values():
+                if other.alive:
+                    other.close()
+        self.groups[world_size] = group
+        self.layers.update(group.layers)
+        if world_size not in self.calibration:
+            self.calibration[world_size] = self._calibrate(group)
+        return group
 
     def _calibrate(self, group: Any) -> float | None:
         """Seconds the runtime's own allreduce of CALIBRATION_BYTES per rank takes in this group (the
