@@ -7,11 +7,18 @@ points, repeated and with holes, and check what the session would conclude from 
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import socket
 import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+import torch
+import torch.distributed as dist
 
 from grader.runtimes.torchdist.traffic import (
     IPV4,
@@ -23,6 +30,7 @@ from grader.runtimes.torchdist.traffic import (
     Traffic,
     _Stream,
 )
+from grader.sandbox import isolation, netns
 
 
 def op(opcode: int, slot: int, payload: bytes = b"") -> bytes:
@@ -211,3 +219,96 @@ def test_every_packet_beside_the_gloo_streams_is_foreign_traffic(channel: str) -
     capture._packet(memoryview(packet), proto)
     assert len(capture.traffic.foreign) == 1 and why in capture.traffic.foreign[0], capture.traffic.foreign
     assert capture.traffic.pairs == {}  # and nothing of it counts as a message
+
+
+# --- the same, on a real loopback: the kernel's packets of each channel, and Gloo's own ----------------
+
+
+def _set_on_gloo_socket(level: int, option: int, value: int | bytes) -> None:
+    """A socket option on Gloo's connected socket (found as a student would find it), left open."""
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            sock = socket.socket(fileno=int(fd))
+        except OSError:
+            continue
+        try:
+            sock.getpeername()
+            sock.setsockopt(level, option, value)
+            return
+        except OSError:
+            pass
+        finally:
+            sock.detach()  # closing it would close Gloo's
+    raise AssertionError("Gloo holds no connected socket")
+
+
+def _other_address() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.2", 0))
+        sock.connect_ex(("127.0.0.1", 9))
+
+
+REAL_CHANNELS: dict[str, tuple[Callable[[], object] | None, str]] = {
+    "honest": (None, ""),
+    "a UDP datagram": (lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"data", LOCAL), "UDP"),
+    "an empty datagram": (lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"", LOCAL), "UDP with 0"),
+    "another loopback address": (_other_address, "a connection Gloo did not open"),
+    "a TOS": (lambda: _set_on_gloo_socket(socket.IPPROTO_IP, socket.IP_TOS, 0x20), "a TOS"),
+    "IP options": (
+        lambda: _set_on_gloo_socket(socket.IPPROTO_IP, socket.IP_OPTIONS, bytes([7, 7, 4]) + bytes(5)),
+        "IP options",
+    ),
+}
+LOCAL = ("127.0.0.1", 9)
+
+
+def _rank(rank: int, store: str, netns: int, channel: str, pipe: int, go: int) -> None:
+    """A rank born in the group's namespace: Gloo connects, the rank says its ports, waits for the
+    case, opens its channel (rank 0) and sends rank 1 a tensor of 4000 bytes through Gloo."""
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    isolation.join_network_namespace(netns)
+    dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2)
+    os.write(pipe, json.dumps(isolation.tcp_connections()).encode())
+    os.read(go, 1)
+    action = REAL_CHANNELS[channel][0]
+    if rank == 0 and action is not None:
+        action()
+    data = torch.arange(1000, dtype=torch.float32)
+    dist.send(data, 1) if rank == 0 else dist.recv(data, 0)
+    os.write(pipe, b"done")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace and a packet socket need root")
+@pytest.mark.parametrize("channel", sorted(REAL_CHANNELS))
+def test_on_a_real_loopback_gloo_bytes_are_exact_and_each_channel_is_foreign(channel: str, tmp_path: Path) -> None:
+    network = netns.loopback_namespace()
+    capture = Capture(network.capture)
+    ranks = []
+    try:
+        for rank in range(2):
+            (reply_r, reply_w), (go_r, go_w) = os.pipe(), os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    _rank(rank, str(tmp_path / "store"), network.netns, channel, reply_w, go_r)
+                finally:
+                    os._exit(0)
+            ranks.append((pid, reply_r, go_w))
+        connections = {r: json.loads(os.read(reply_r, 4096)) for r, (_, reply_r, _) in enumerate(ranks)}
+        capture.map_connections(connections)
+        capture.begin_case()
+        for _, _, go_w in ranks:
+            os.write(go_w, b"g")
+        assert [os.read(reply_r, 4) for _, reply_r, _ in ranks] == [b"done", b"done"]
+        time.sleep(0.1)  # for the last packets to reach the capture
+        capture.drain()
+    finally:
+        for pid, _, _ in ranks:
+            os.waitpid(pid, 0)
+        network.close()
+    traffic, why = capture.traffic, REAL_CHANNELS[channel][1]
+    if not why:  # Gloo's own stream: one message, exactly its payload, nothing else
+        assert (traffic.pairs[(0, 1)].messages, traffic.pairs[(0, 1)].bytes) == (1, 4000)
+        assert traffic.foreign == [] and traffic.lost == ""
+    else:
+        assert any(why in f for f in traffic.foreign), traffic.foreign
