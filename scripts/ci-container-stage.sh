@@ -28,6 +28,10 @@ HOSTILE=(
     "kill_every_process=-"     # kill(-1, SIGKILL)
     "memfd_3gib=-"             # 3 GiB in memfd files RLIMIT_AS never sees
     "escape_time_bound=-"      # a setsid double fork at import and a case that never ends
+    # issue 20's runtime classes:
+    "side_channels=-"            # UDP, empty datagrams, IP options/TOS, other loopback addresses, urgent data
+    "flood_hidden_all_to_all=-"  # floods the loopback, then a forbidden all_to_all through another module's attribute
+    "thread_outlives_case=-"     # a spinning thread left behind by every my_allgather
 )
 REFERENCE=reference/a9  # its tasks must earn max_score, and some bonus on top
 COMMIT_TIME=2026-01-05T12:00:00+00:00  # the reference's commit, as results.json must report it with --trust-commit-time
