@@ -3,8 +3,9 @@
 Each group lives in a network namespace of its own where only ``lo`` exists, so every byte one
 rank sends another crosses that ``lo``, and a packet socket bound to it (opened in the namespace
 before any rank existed, see ``grader.sandbox.netns``) sees all of it.  The rank's seccomp filter
-leaves it no other channel to its peers: no unix or netlink sockets, no shared memory (a new IPC
-namespace and a private /dev/shm per rank), no shared writable directory.
+leaves it no other channel to its peers: no socket of its own once Gloo connected (so no unix or
+netlink socket either), no shared memory (a new IPC namespace and a private /dev/shm per rank), no
+shared writable directory.
 
 Gloo's TCP transport frames every operation with a fixed preamble (``gloo/transport/tcp/pair.h``,
 ``struct Op``: six 64-bit fields ``nbytes, opcode, slot, offset, length, roffset``).  A message's
