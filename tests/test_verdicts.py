@@ -4,6 +4,7 @@ again, within bounds.  Runs are built by hand: what is specified is how the sess
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -162,3 +163,24 @@ def test_a_start_that_fails_before_any_student_code_is_the_graders_error(session
     with pytest.raises(GroupStartError) as failed:
         session._run(CASE, PREPARED)
     assert session._start_failure(failed.value.reason).verdict is Verdict.ERROR
+
+
+class BrokenZygote:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def spawn(self, request: Any, fds: list[int]) -> int:
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc", [OSError(24, "Too many open files"), RuntimeError("anything else")])
+def test_a_group_that_fails_to_start_leaves_nothing_behind(tmp_path: Path, exc: BaseException) -> None:
+    """Whatever fails while the ranks start, the group's directory (its FileStore, the ranks' scratch)
+    is gone; resources running out is a start failure the session may try again."""
+    from grader.limits import Limits
+    from grader.runtimes.torchdist.launcher import RankGroup, Sandboxing
+
+    group = RankGroup(2, tmp_path, Limits(), BrokenZygote(exc), Sandboxing(None), {})  # type: ignore[arg-type]
+    with pytest.raises(GroupStartError if isinstance(exc, OSError) else RuntimeError):
+        group.start()
+    assert not group._dir.exists() and not group.alive

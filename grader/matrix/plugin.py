@@ -200,7 +200,7 @@ class MatrixSession:
             run = group.run_case(header, prepared.inputs, budget)
             run.runs = attempt
             self.student_code_ran = True
-            if run.traffic is None or not run.traffic.lost:
+            if run.traffic is None or not run.traffic.lost or run.hang:  # a hang is decided without the wire
                 break
         return run
 
