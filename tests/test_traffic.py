@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from grader.runtimes.torchdist.traffic import (
     IPV4,
+    MAX_FOREIGN,
     NOTIFY_RECV_READY,
     NOTIFY_SEND_READY,
     PREAMBLE,
@@ -312,3 +313,11 @@ def test_on_a_real_loopback_gloo_bytes_are_exact_and_each_channel_is_foreign(cha
         assert traffic.foreign == [] and traffic.lost == ""
     else:
         assert any(why in f for f in traffic.foreign), traffic.foreign
+
+
+def test_a_flood_of_foreign_packets_keeps_a_bounded_list_of_reasons() -> None:
+    capture = group_capture()
+    datagram = memoryview(ipv4(17, struct.pack("!HHHH", 1, 2, 8, 0)))
+    for _ in range(10 * MAX_FOREIGN):
+        capture._packet(datagram, IPV4)
+    assert len(capture.traffic.foreign) == MAX_FOREIGN

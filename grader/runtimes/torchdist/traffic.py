@@ -56,7 +56,8 @@ MAX_PACKET = 1 << 18  # lo's largest (GSO) packet is 64 KiB plus headers
 MAX_AHEAD = 64 << 20  # bytes of one stream held while waiting for a segment delivered late
 IPV4, IPV6 = 0x0800, 0x86DD
 TCP_PROTOCOL = 6
-TCP_SYN, TCP_URG = 0x02, 0x20
+TCP_SYN = 0x02
+MAX_FOREIGN = 100  # reasons kept per case: the first decides the message, a flood must not fill memory
 TCP_FLAGS_OF_A_STREAM = 0x01 | 0x04 | 0x08 | 0x10  # FIN, RST, PSH, ACK: what an open connection sends
 TCP_OPTIONS_OF_A_STREAM = frozenset({0, 1, 5, 8})  # end, no-op, SACK blocks, timestamps (set by the kernel)
 IP_PROTOCOLS = {1: "ICMP", 17: "UDP", 58: "ICMPv6", 132: "SCTP", 136: "UDP-Lite", 255: "raw"}
@@ -79,6 +80,11 @@ class Traffic:
     pairs: dict[tuple[int, int], PairTraffic] = field(default_factory=dict)
     foreign: list[str] = field(default_factory=list)  # traffic no recorded call can explain
     lost: str = ""
+
+    def unexplained(self, why: str) -> None:
+        """Record traffic no recorded call can explain (the first ``MAX_FOREIGN`` reasons)."""
+        if len(self.foreign) < MAX_FOREIGN:
+            self.foreign.append(why)
 
     def pair(self, src: int, dst: int) -> PairTraffic:
         return self.pairs.setdefault((src, dst), PairTraffic())
@@ -234,7 +240,7 @@ class _Stream:
             pair.notifications += 1
         else:
             self.broken = f"rank {self.src} sent rank {self.dst} bytes that are not Gloo operations"
-            traffic.foreign.append(self.broken)
+            traffic.unexplained(self.broken)
 
 
 class Capture:
@@ -314,7 +320,7 @@ class Capture:
     def _packet(self, pkt: memoryview, proto: int) -> None:
         shape = Shape.of(pkt, proto)
         if shape is None:
-            self.traffic.foreign.append(f"a packet of protocol {proto:#06x}")
+            self.traffic.unexplained(f"a packet of protocol {proto:#06x}")
             return
         if proto == IPV4:
             ihl = (pkt[0] & 15) * 4
@@ -327,19 +333,19 @@ class Capture:
             return
         if transport != TCP_PROTOCOL:
             name = IP_PROTOCOLS.get(transport, f"IP protocol {transport}")
-            self.traffic.foreign.append(f"a packet of {name} with {max(len(body) - 8, 0)} bytes: nothing Gloo sends")
+            self.traffic.unexplained(f"a packet of {name} with {max(len(body) - 8, 0)} bytes: nothing Gloo sends")
             return
         if len(body) < 20 or (body[12] >> 4) * 4 < 20:
-            self.traffic.foreign.append("a truncated TCP segment")
+            self.traffic.unexplained("a truncated TCP segment")
             return
         sport, dport, seq = struct.unpack_from("!HHI", body, 0)
         stream = self.streams.get((sport, dport))
         if stream is None:
-            self.traffic.foreign.append(f"a TCP segment on a connection Gloo did not open (ports {sport} -> {dport})")
+            self.traffic.unexplained(f"a TCP segment on a connection Gloo did not open (ports {sport} -> {dport})")
             return
         extra = (self.shape.differs(shape) if self.shape else "no connection of the group's") or _tcp_extras(body)
         if extra:
-            self.traffic.foreign.append(f"rank {stream.src} sent rank {stream.dst} {extra}")
+            self.traffic.unexplained(f"rank {stream.src} sent rank {stream.dst} {extra}")
             return
         payload = body[(body[12] >> 4) * 4 :]
         if payload:  # ACKs carry nothing
