@@ -36,6 +36,10 @@ HOSTILE=(
     "dist_through_another_module=-"        # dist.all_reduce as torch.utils.data.distributed.dist.all_reduce
     # issue 20, class 4: an A4 data-parallel step that rebuilds the clean batch from the handout's recipe
     "a4_regenerates_clean_batch=-"
+    # issue 20's runtime classes:
+    "side_channels=-"            # UDP, empty datagrams, IP options/TOS, other loopback addresses, urgent data
+    "flood_hidden_all_to_all=-"  # floods the loopback, then a forbidden all_to_all through another module's attribute
+    "thread_outlives_case=-"     # a spinning thread left behind by every my_allgather
 )
 REFERENCE=reference/a9  # its tasks must earn max_score, and some bonus on top
 COMMIT_TIME=2026-01-05T12:00:00+00:00  # the reference's commit, as results.json must report it with --trust-commit-time

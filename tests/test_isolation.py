@@ -131,6 +131,13 @@ def attempt(action: Callable[[], object]) -> str:
     return "ok"
 
 
+def _link(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:  # the listing's own descriptor, closed by now
+        return ""
+
+
 def on_or_off(expected_on: bool, status: str) -> None:
     assert status == "on" if expected_on else status.startswith("off: "), status
 
@@ -438,6 +445,39 @@ def test_a_group_in_a_loopback_namespace_reaches_its_peers_and_nothing_else(worl
         assert rep["interfaces"] == ["lo"]
         assert rep["host_port"].startswith("ConnectionRefusedError")
         assert rep["outside"] == "OSError: [Errno 101] Network is unreachable"
+
+
+def test_after_gloo_connected_a_rank_can_make_no_traffic_of_its_own(world: Path) -> None:
+    """The seccomp filter: no socket of any kind, no connection, no socket option and no urgent data
+    on Gloo's sockets; Gloo's own streams keep working."""
+    from grader.sandbox import syscalls
+
+    syscalls.preload()  # as the zygote does: built before the new root hides libseccomp
+
+    def probe(cfg: IsolationConfig) -> dict[str, Any]:
+        filtered = syscalls.install()
+        gloo = [int(fd) for fd in os.listdir("/proc/self/fd") if _link(f"/proc/self/fd/{fd}").startswith("socket:")]
+        sock = socket.socket(fileno=gloo[0])  # one of Gloo's: the student can find them too
+        tries = {
+            "udp": lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM),
+            "empty datagram": lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"", ("127.0.0.1", 9)),
+            "tcp": lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM),
+            "raw": lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP),
+            "unix pair": lambda: socket.socketpair(),
+            "ip options": lambda: sock.setsockopt(socket.IPPROTO_IP, socket.IP_OPTIONS, bytes([7, 4, 4, 0])),
+            "tos": lambda: sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0x20),
+            "urgent data": lambda: sock.send(b"x", socket.MSG_OOB),
+        }
+        results = {name: attempt(action) for name, action in tries.items()}
+        sock.detach()
+        total = torch.ones(2)
+        dist.all_reduce(total)
+        return {"seccomp": filtered, "tries": results, "sum": total.tolist()}
+
+    for rep in run_ranks(world, probe, world_size=2):
+        assert rep["seccomp"] == "on"
+        assert rep["tries"] == dict.fromkeys(rep["tries"], "PermissionError: [Errno 1] Operation not permitted")
+        assert rep["sum"] == [2.0, 2.0]
 
 
 def test_without_a_namespace_the_network_layer_says_why(world: Path) -> None:

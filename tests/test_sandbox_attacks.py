@@ -138,3 +138,43 @@ def test_honest_code_grades_the_same_under_any_salt(tmp_path: Path, tree: str) -
 
     assert measured(runs[0]) == measured(runs[1]) == measured(runs[2])
     assert all(trace["measured"] for trace in measured(runs[0]).values())
+
+
+@pytest.mark.parametrize(
+    "function",
+    [
+        "test_broadcast[ws2-src0-",
+        "test_allgather[ws2-",
+        "test_allreduce[ws2-",
+        "test_reduce_scatter[ws2-",
+        "test_all_to_all[ws2-",
+    ],
+)
+def test_no_channel_beside_gloos_streams_carries_data(tmp_path: Path, function: str) -> None:
+    """Issue 20, class 1: UDP datagrams, empty datagrams, header fields of Gloo's sockets, a TCP
+    stream from another loopback address, urgent data.  The filter refuses each call (a crash that
+    names it); had one got through, the wire would show it (``test_traffic.py``)."""
+    cases = matrix(tmp_path, CORPUS / "side_channels", (function,), sizes=(2,))
+    assert verdicts(cases) == {"crash"}
+    assert all("PermissionError: [Errno 1] Operation not permitted" in c.message for c in cases.values())
+
+
+def test_a_flood_and_a_hidden_collective_never_pass(tmp_path: Path) -> None:
+    """Issue 20, class 2: the loopback flooded, then a forbidden all_to_all through another module's
+    attributes: measured, the collective is tampering; lost, the case runs again and a lost
+    measurement is tampering too.  Either way, never a pass."""
+    cases = matrix(
+        tmp_path, CORPUS / "flood_hidden_all_to_all", ("test_all_to_all[ws2-s0g0", "test_all_to_all[ws4-s0g0")
+    )
+    assert verdicts(cases) == {"tampering"}
+    assert all("all_to_all ran" in c.message or "could not measure" in c.message for c in cases.values())
+
+
+def test_a_thread_left_running_ends_with_its_case(tmp_path: Path) -> None:
+    """A thread the submission leaves spinning is named, and its ranks are replaced, so no later case
+    runs beside it: right values still pass."""
+    cases = matrix(tmp_path, CORPUS / "thread_outlives_case", ("test_allgather[ws2-", "test_broadcast[ws2-src0-"))
+    assert verdicts(cases) == {"pass"}
+    allgather = [c for name, c in cases.items() if name.startswith("test_allgather[")]
+    assert all("still ran a thread of the submission's after the case" in c.message for c in allgather)
+    assert all(c.message == "" for name, c in cases.items() if name.startswith("test_broadcast["))

@@ -7,16 +7,31 @@ points, repeated and with holes, and check what the session would conclude from 
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import socket
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
 
 from grader.runtimes.torchdist.traffic import (
+    IPV4,
+    MAX_FOREIGN,
     NOTIFY_RECV_READY,
     NOTIFY_SEND_READY,
     PREAMBLE,
     SEND_UNBOUND_BUFFER,
+    Capture,
     Traffic,
     _Stream,
 )
+from grader.sandbox import isolation, netns
 
 
 def op(opcode: int, slot: int, payload: bytes = b"") -> bytes:
@@ -120,3 +135,189 @@ def test_segments_delivered_out_of_order_are_put_back_in_order() -> None:
             stream.feed(1000 + a, memoryview(EXCHANGE[a:b]), traffic)
         assert stream.missing() == "" and not traffic.lost
         assert (traffic.pairs[(0, 1)].messages, traffic.pairs[(0, 1)].bytes) == (2, 100_040)
+
+
+# --- only Gloo's streams: every packet on the group's lo is held to the shape of Gloo's own ----------
+
+GROUP, OTHER = bytes([127, 0, 0, 1]), bytes([127, 0, 0, 2])
+TIMESTAMPS = bytes([1, 1, 8, 10]) + bytes(8)  # what the kernel puts on every segment of Gloo's connections
+
+
+def ipv4(
+    transport: int, body: bytes, *, src: bytes = GROUP, tos: int = 0, ttl: int = 64, options: bytes = b""
+) -> bytes:
+    ihl = (20 + len(options)) // 4
+    head = struct.pack(
+        "!BBHHHBBH4s4s", 0x40 | ihl, tos, 20 + len(options) + len(body), 7, 0x4000, ttl, transport, 0, src, GROUP
+    )
+    return head + options + body
+
+
+def tcp(
+    sport: int,
+    dport: int,
+    seq: int,
+    payload: bytes = b"",
+    *,
+    flags: int = 0x18,
+    urgent: int = 0,
+    options: bytes = TIMESTAMPS,
+) -> bytes:
+    offset = (20 + len(options)) // 4
+    return struct.pack("!HHIIBBHHH", sport, dport, seq, 0, offset << 4, flags, 512, 0, urgent) + options + payload
+
+
+def group_capture() -> Capture:
+    """A capture past its group's set-up: one connection between ranks 0 (port 40000) and 1 (port 50000),
+    its set-up seen as the kernel sent it."""
+    capture = Capture(socket.socketpair()[0])
+    capture.drain = lambda: None  # type: ignore[method-assign]  # packets are fed by hand
+    capture._packet(memoryview(ipv4(6, tcp(40000, 50000, 1, flags=0x02))), IPV4)  # the SYN of Gloo's connection
+    capture.map_connections({0: [[40000, 50000]], 1: [[50000, 40000]]})
+    return capture
+
+
+def test_the_payload_of_a_mapped_gloo_stream_is_all_that_is_counted_and_exactly() -> None:
+    capture = group_capture()
+    message = op(SEND_UNBOUND_BUFFER, 3, b"\x05" * 1000)
+    capture._packet(memoryview(ipv4(6, tcp(40000, 50000, 100, message[:600]))), IPV4)
+    capture._packet(memoryview(ipv4(6, tcp(50000, 40000, 9, flags=0x10))), IPV4)  # an ACK
+    sack = bytes([1, 1, 5, 10]) + bytes(8)  # a SACK block, as the kernel sends after a reordering
+    capture._packet(memoryview(ipv4(6, tcp(50000, 40000, 9, flags=0x10, options=sack))), IPV4)
+    capture._packet(memoryview(ipv4(6, tcp(40000, 50000, 700, message[600:]))), IPV4)
+    pair = capture.traffic.pairs[(0, 1)]
+    assert (pair.messages, pair.bytes) == (1, 1000)
+    assert capture.traffic.foreign == [] and capture.traffic.lost == ""
+
+
+CHANNELS = {
+    "an empty UDP datagram": (ipv4(17, struct.pack("!HHHH", 40000, 50000, 8, 0)), IPV4, "a packet of UDP with 0 bytes"),
+    "a UDP datagram": (ipv4(17, struct.pack("!HHHH", 1, 2, 12, 0) + b"data"), IPV4, "a packet of UDP with 4 bytes"),
+    "ICMP": (ipv4(1, bytes(8)), IPV4, "a packet of ICMP with 0 bytes"),
+    "IP options": (ipv4(6, tcp(40000, 50000, 100), options=bytes([7, 4, 4, 0])), IPV4, "IP options"),
+    "a TOS": (ipv4(6, tcp(40000, 50000, 100), tos=0x20), IPV4, "a TOS"),
+    "a TTL": (ipv4(6, tcp(40000, 50000, 100), ttl=9), IPV4, "a TTL"),
+    "another loopback address": (ipv4(6, tcp(40000, 50000, 100), src=OTHER), IPV4, "addresses other than"),
+    "a connection of its own": (ipv4(6, tcp(40001, 50000, 5, flags=0x02)), IPV4, "a connection Gloo did not open"),
+    "an urgent pointer": (ipv4(6, tcp(40000, 50000, 100, flags=0x18, urgent=1)), IPV4, "an urgent pointer"),
+    "the URG flag": (ipv4(6, tcp(40000, 50000, 100, flags=0x38)), IPV4, "flags an open Gloo connection never sets"),
+    "a TCP option": (ipv4(6, tcp(40000, 50000, 100, options=bytes([30, 4, 0, 0]))), IPV4, "option 30"),
+    "another protocol": (bytes(28), 0x0806, "a packet of protocol 0x0806"),
+    "IPv6": (
+        struct.pack("!IHBB16s16s", 6 << 28, 32, 6, 64, bytes(16), bytes(16)) + tcp(40000, 50000, 100),
+        0x86DD,
+        "an IPv6 packet",
+    ),
+}
+
+
+@pytest.mark.parametrize("channel", sorted(CHANNELS))
+def test_every_packet_beside_the_gloo_streams_is_foreign_traffic(channel: str) -> None:
+    """Datagrams (empty ones too), header fields, options, another address or a connection of the
+    student's own: each carries data no send/recv explains, so each is unexplained traffic."""
+    packet, proto, why = CHANNELS[channel]
+    capture = group_capture()
+    capture._packet(memoryview(packet), proto)
+    assert len(capture.traffic.foreign) == 1 and why in capture.traffic.foreign[0], capture.traffic.foreign
+    assert capture.traffic.pairs == {}  # and nothing of it counts as a message
+
+
+# --- the same, on a real loopback: the kernel's packets of each channel, and Gloo's own ----------------
+
+
+def _set_on_gloo_socket(level: int, option: int, value: int | bytes) -> None:
+    """A socket option on Gloo's connected socket (found as a student would find it), left open."""
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            sock = socket.socket(fileno=int(fd))
+        except OSError:
+            continue
+        try:
+            sock.getpeername()
+            sock.setsockopt(level, option, value)
+            return
+        except OSError:
+            pass
+        finally:
+            sock.detach()  # closing it would close Gloo's
+    raise AssertionError("Gloo holds no connected socket")
+
+
+def _other_address() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.2", 0))
+        sock.connect_ex(("127.0.0.1", 9))
+
+
+REAL_CHANNELS: dict[str, tuple[Callable[[], object] | None, str]] = {
+    "honest": (None, ""),
+    "a UDP datagram": (lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"data", LOCAL), "UDP"),
+    "an empty datagram": (lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"", LOCAL), "UDP with 0"),
+    "another loopback address": (_other_address, "a connection Gloo did not open"),
+    "a TOS": (lambda: _set_on_gloo_socket(socket.IPPROTO_IP, socket.IP_TOS, 0x20), "a TOS"),
+    "IP options": (
+        lambda: _set_on_gloo_socket(socket.IPPROTO_IP, socket.IP_OPTIONS, bytes([7, 7, 4]) + bytes(5)),
+        "IP options",
+    ),
+}
+LOCAL = ("127.0.0.1", 9)
+
+
+def _rank(rank: int, store: str, netns: int, channel: str, pipe: int, go: int) -> None:
+    """A rank born in the group's namespace: Gloo connects, the rank says its ports, waits for the
+    case, opens its channel (rank 0) and sends rank 1 a tensor of 4000 bytes through Gloo."""
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    isolation.join_network_namespace(netns)
+    dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2)
+    os.write(pipe, json.dumps(isolation.tcp_connections()).encode())
+    os.read(go, 1)
+    action = REAL_CHANNELS[channel][0]
+    if rank == 0 and action is not None:
+        action()
+    data = torch.arange(1000, dtype=torch.float32)
+    dist.send(data, 1) if rank == 0 else dist.recv(data, 0)
+    os.write(pipe, b"done")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace and a packet socket need root")
+@pytest.mark.parametrize("channel", sorted(REAL_CHANNELS))
+def test_on_a_real_loopback_gloo_bytes_are_exact_and_each_channel_is_foreign(channel: str, tmp_path: Path) -> None:
+    network = netns.loopback_namespace()
+    capture = Capture(network.capture)
+    ranks = []
+    try:
+        for rank in range(2):
+            (reply_r, reply_w), (go_r, go_w) = os.pipe(), os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    _rank(rank, str(tmp_path / "store"), network.netns, channel, reply_w, go_r)
+                finally:
+                    os._exit(0)
+            ranks.append((pid, reply_r, go_w))
+        connections = {r: json.loads(os.read(reply_r, 4096)) for r, (_, reply_r, _) in enumerate(ranks)}
+        capture.map_connections(connections)
+        capture.begin_case()
+        for _, _, go_w in ranks:
+            os.write(go_w, b"g")
+        assert [os.read(reply_r, 4) for _, reply_r, _ in ranks] == [b"done", b"done"]
+        time.sleep(0.1)  # for the last packets to reach the capture
+        capture.drain()
+    finally:
+        for pid, _, _ in ranks:
+            os.waitpid(pid, 0)
+        network.close()
+    traffic, why = capture.traffic, REAL_CHANNELS[channel][1]
+    if not why:  # Gloo's own stream: one message, exactly its payload, nothing else
+        assert (traffic.pairs[(0, 1)].messages, traffic.pairs[(0, 1)].bytes) == (1, 4000)
+        assert traffic.foreign == [] and traffic.lost == ""
+    else:
+        assert any(why in f for f in traffic.foreign), traffic.foreign
+
+
+def test_a_flood_of_foreign_packets_keeps_a_bounded_list_of_reasons() -> None:
+    capture = group_capture()
+    datagram = memoryview(ipv4(17, struct.pack("!HHHH", 1, 2, 8, 0)))
+    for _ in range(10 * MAX_FOREIGN):
+        capture._packet(datagram, IPV4)
+    assert len(capture.traffic.foreign) == MAX_FOREIGN

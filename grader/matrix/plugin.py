@@ -30,6 +30,8 @@ from grader.runtimes.torchdist.policy import Policy
 if TYPE_CHECKING:
     from grader.matrix.verdicts import Decision
 
+MEASURE_RUNS = 2  # runs of a case whose capture lost packets, before it is decided on what was measured
+START_ATTEMPTS = 3  # starts of a rank group before its failure decides the case
 CONFIG_ENV = "GRADER_MATRIX_CONFIG"
 PARENT_ENV = "GRADER_MATRIX_PARENT"  # the runner's pid: the session dies with it
 
@@ -94,6 +96,7 @@ class MatrixSession:
         self.failed_functions: set[str] = set()  # functions with a failing case that a stand-in may replace
         self.hung: dict[tuple[str, int], str] = {}  # (function, world size) -> the case that hung
         self.calibration: dict[int, float | None] = {}  # world size -> seconds of the calibration allreduce
+        self.student_code_ran = False  # a case ran in this session: a group failing to start may be its doing
         self._replay_ledger()
 
     def _replay_ledger(self) -> None:
@@ -107,6 +110,7 @@ class MatrixSession:
                 continue
             if case is not None:
                 self._learn(case, verdict)
+                self.student_code_ran = True  # as far as a start failure is concerned
 
     def _learn(self, case: Case, verdict: Verdict) -> None:
         """A function with a failing case is replaced by the grader's own where the pack allows it; a
@@ -127,9 +131,8 @@ class MatrixSession:
             prepared = self.pack.prepare(case, self.config.salt)
             try:
                 run = self._run(case, prepared)
-            except GroupStartError as exc:  # before any student code ran: the grader's failure
-                self.start_failures[case.world_size] = exc.reason
-                decision = verdicts.Decision(Verdict.ERROR, f"the grader could not start the ranks: {exc.reason}")
+            except GroupStartError as exc:
+                decision = self._start_failure(exc.reason)
             except Refused as exc:  # what the first step of a handoff returned breaks the pack's rule
                 decision = verdicts.Decision(Verdict.NOT_PARALLEL, str(exc))
             else:
@@ -146,6 +149,20 @@ class MatrixSession:
         if decision.verdict is not Verdict.PASS:
             details = f"\n{details}" if details else ""
             pytest.fail(f"[{decision.verdict.value}] {message}{details}", pytrace=False)
+
+    def _start_failure(self, reason: str) -> Decision:
+        """A group that did not start, even when tried again: the grader's failure only when no
+        student code had run yet; after the submission's own cases it is charged to the submission
+        (what it left running, or the load it made, is the likeliest cause), never to the grader."""
+        from grader.matrix.verdicts import Decision
+
+        if self.student_code_ran:
+            return Decision(
+                Verdict.CRASH,
+                f"the ranks could not be started for this case after this submission's earlier cases, "
+                f"{START_ATTEMPTS} times: {reason}",
+            )
+        return Decision(Verdict.ERROR, f"the grader could not start the ranks: {reason}")
 
     def _allowed(self, case: Case) -> frozenset[str]:
         """The built-in collectives the rubric lets the case's function call: what may show on the wire."""
@@ -183,10 +200,11 @@ class MatrixSession:
 
     def _run(self, case: Case, prepared: Prepared) -> Any:
         """The case's run; a kind with a :class:`~grader.pack.Handoff` runs its first step here and its
-        own body in a fresh group, with only what ``carry`` lets cross (may raise ``Refused``)."""
+        own body in a fresh group, with only what ``carry`` lets cross (may raise ``Refused``).  A run
+        whose capture lost packets runs again in a fresh group (``MEASURE_RUNS`` in all), and is decided
+        on its last run (``verdicts.tampering``: lost is never clean)."""
         from grader.matrix.verdicts import tampering
 
-        group = self._group(self.groups, case.world_size)
         params = case.params
         trusted = self._trusted(case)
         if trusted:  # one defect is charged once: the grader's own versions stand in for failed functions
@@ -199,31 +217,56 @@ class MatrixSession:
             "layout": [case.launch.nodes, case.launch.per_node],  # what torchrun would tell each rank
             "broken": {module: message for module, (_, message) in self.import_failures.items()},
         }
-        budget = case_budget(self.limits, self.calibration.get(case.world_size), prepared.tensor_bytes)
         handoff = self.pack.handoffs.get(case.kind)
-        if handoff is None:
-            return group.run_case(header, prepared.inputs, budget)
-        first = group.run_case({**header, "kind": handoff.first, "keep_events": False}, prepared.inputs, budget)
-        if any(rep.status != "ok" for rep in first.ranks) or tampering(first, self._allowed(case)):
-            return first  # the verdict is the first step's: its failure, or its traffic
-        inputs = handoff.carry(case, prepared.inputs, [rep.tensors for rep in first.ranks])
-        return self._group(self.fresh_groups, case.world_size).run_case(header, inputs, budget)
+        for attempt in range(1, MEASURE_RUNS + 1):
+            group = self._group(self.groups, case.world_size)
+            budget = case_budget(self.limits, self.calibration.get(case.world_size), prepared.tensor_bytes)
+            if handoff is None:
+                run = group.run_case(header, prepared.inputs, budget)
+            else:
+                first = group.run_case({**header, "kind": handoff.first, "keep_events": False}, prepared.inputs, budget)
+                self.student_code_ran = True
+                if any(rep.status != "ok" for rep in first.ranks) or tampering(first, self._allowed(case)):
+                    run = first  # the verdict is the first step's: its failure, or its traffic
+                else:
+                    inputs = handoff.carry(case, prepared.inputs, [rep.tensors for rep in first.ranks])
+                    run = self._group(self.fresh_groups, case.world_size).run_case(header, inputs, budget)
+            run.runs = attempt
+            self.student_code_ran = True
+            if run.traffic is None or not run.traffic.lost or run.hang:  # a hang is decided without the wire
+                break
+        return run
 
     def _group(self, groups: dict[int, Any], world_size: int) -> Any:
         """The live group of ``world_size`` in ``groups``, started (and calibrated, once per world size)
-        when there is none."""
+        when there is none.  A start that fails is tried again (``START_ATTEMPTS`` in all) with every
+        other group closed, so that what a submission left running there cannot starve it; a start
+        that still fails is remembered."""
         from grader.runtimes.torchdist.launcher import GroupStartError
 
-        if world_size in self.start_failures:  # once is enough: a grader fault does not heal
+        if world_size in self.start_failures:  # once is enough: the next case would fail the same way
             raise GroupStartError(self.start_failures[world_size])
         group = groups.get(world_size)
-        if group is None or not group.alive:
+        if group is not None and group.alive:
+            return group
+        attempt = 1
+        while True:
             group = self._new_group(world_size)
-            group.start()
-            groups[world_size] = group
-            self.layers.update(group.layers)
-            if world_size not in self.calibration:
-                self.calibration[world_size] = self._calibrate(group)
+            try:
+                group.start()
+                break
+            except GroupStartError as exc:
+                if attempt == START_ATTEMPTS:
+                    self.start_failures[world_size] = exc.reason
+                    raise
+            attempt += 1
+            for other in [*self.groups.values(), *self.fresh_groups.values()]:
+                if other.alive:
+                    other.close()
+        groups[world_size] = group
+        self.layers.update(group.layers)
+        if world_size not in self.calibration:
+            self.calibration[world_size] = self._calibrate(group)
         return group
 
     def _new_group(self, world_size: int) -> Any:

@@ -26,7 +26,6 @@ import torch
 from grader.pack import Case, Prepared
 from grader.results import Verdict
 from grader.runtimes.torchdist.launcher import CaseRun, RankReport, explains
-from grader.runtimes.torchdist.traffic import Traffic
 
 _STATUS_VERDICT = {
     "forbidden": Verdict.FORBIDDEN,
@@ -64,6 +63,14 @@ class Decision:
 
 def decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str] = frozenset()) -> Decision:
     """The verdict of one case; ``allowed`` are the built-in collectives the case's policy lets through."""
+    decision = _decide(case, prepared, run, allowed)
+    left = threads_left(run)
+    if left:
+        decision.message = f"{decision.message} ({left})" if decision.message else left
+    return decision
+
+
+def _decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str]) -> Decision:
     trace = summarize_trace(run, prepared.tensor_bytes, keep_events=bool(case.params.get("keep_events")))
     unexplained = tampering(run, allowed)
     if unexplained:
@@ -97,7 +104,7 @@ def decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str]
             trace,
         )
     if case.params.get("must_communicate") and case.world_size > 1 and not _communicated(run):
-        if _measured(run.traffic):
+        if run.traffic is not None:
             return Decision(
                 Verdict.TAMPERING, "the ranks agreed without exchanging a single byte: the data came another way", trace
             )
@@ -109,12 +116,32 @@ def decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str]
     return Decision(Verdict.PASS, "", trace)
 
 
-def tampering(run: CaseRun, allowed: frozenset[str]) -> str:
-    """Why the measured traffic is not what the policy and the ranks' records allow ("" when it is,
-    or when there is no measurement to hold them to)."""
-    traffic = run.traffic
-    if traffic is None or traffic.lost:
+def threads_left(run: CaseRun) -> str:
+    """What the case left running in a rank's process ("" when nothing): its group was replaced."""
+    if not run.threads_left:
         return ""
+    ranks = sorted(run.threads_left)
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+    return (
+        f"{who} still ran a thread of the submission's after the case; threads end with their case, "
+        "so the ranks were replaced before the next one"
+    )
+
+
+def tampering(run: CaseRun, allowed: frozenset[str]) -> str:
+    """Why the measured traffic is not what the policy and the ranks' records allow ("" when it is, or
+    when the group has no capture at all: no root).  A measurement that is incomplete decides nothing
+    in the submission's favour: after the session ran the case again, it fails the case, which fails
+    every check that reads its traffic (the must-communicate rule, the bonus and design metrics)."""
+    traffic = run.traffic
+    if traffic is None:
+        return ""
+    if traffic.lost:
+        runs = f"in each of {run.runs} runs of this case" if run.runs > 1 else "in this case"
+        return (
+            f"the grader could not measure the traffic between the ranks {runs} ({traffic.lost}); "
+            "a case whose traffic is not measured completely does not pass"
+        )
     forbidden = [name for name in traffic.collectives() if name not in allowed]
     if forbidden:  # the guard raises before a forbidden collective runs: it was patched or bypassed
         return (
@@ -145,13 +172,10 @@ def tampering(run: CaseRun, allowed: frozenset[str]) -> str:
     return "the ranks' records of their send/recv calls do not match the traffic measured between them"
 
 
-def _measured(traffic: Traffic | None) -> bool:
-    return traffic is not None and not traffic.lost
-
-
 def _communicated(run: CaseRun) -> bool:
-    if _measured(run.traffic):
-        assert run.traffic is not None
+    """Measured where there is a capture (complete: a lost one was decided before); the ranks' records
+    only where there is none (no root)."""
+    if run.traffic is not None:
         return run.traffic.total_bytes() > 0 or any(p.messages for p in run.traffic.pairs.values())
     return any(rep.claims.sends for rep in run.ranks)
 

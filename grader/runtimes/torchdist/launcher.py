@@ -54,6 +54,7 @@ DEATH_WAIT_S = 1.0  # for init's word on how a rank whose pipe closed ended
 SETTLE_S = 0.2  # for data still crossing after every rank replied (an isend nobody waited for)
 ZYGOTE_START_S = 120.0
 MAX_REPORT_LINE = 256
+RMTREE_TRIES = 5
 
 
 @dataclass
@@ -82,6 +83,8 @@ class CaseRun:
     memory_kills: list[int] = field(default_factory=list)  # ranks the kernel killed for memory
     #: rank -> what its memory cgroup recorded when the rank reached its limit during the case
     memory_pressure: dict[int, str] = field(default_factory=dict)
+    threads_left: dict[int, int] = field(default_factory=dict)  # rank -> threads beyond its own, after the case
+    runs: int = 1  # how often the case ran before its traffic was measured (or the session gave up)
 
 
 @dataclass(frozen=True)
@@ -237,11 +240,27 @@ class RankGroup:
         self._network: netns.GroupNetwork | None = None
         self._capture: Capture | None = None
         self._ready_replies: list[replies.Reply | None] = []
+        self._threads: list[int] = []  # each rank's threads at ready, before any student code
         self.pid_namespace = "off: the group's leader did not say"  # what the leader reports
         self.alive = False
 
     # --- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
+        """Start the ranks and wait for every one's ready frame.  Raises :class:`GroupStartError`
+        when they do not come up (resources or time running out under load included); whatever
+        fails, the group is closed again and leaves nothing behind (processes, cgroups, files)."""
+        try:
+            self._start()
+        except GroupStartError:
+            raise  # closed where it was raised
+        except OSError as exc:
+            self.close()
+            raise GroupStartError(f"{type(exc).__name__}: {exc}") from exc
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> None:
         sb = self.sandboxing
         layers = sb.layers()
         if sb.network:
@@ -309,7 +328,8 @@ class RankGroup:
             reason = "; ".join(f"rank {rep.rank}: {rep.message or rep.status}" for rep in failed[:3])
             tail = run.output.splitlines()[-5:]
             raise GroupStartError(reason + ("\n" + "\n".join(tail) if tail else ""), run)
-        self._resolve_pids()
+        self._resolve_pids(time.monotonic() + self.limits.start_timeout_s)
+        self._threads = [_threads(rk.pid) for rk in self._ranks]  # the runtime's, Gloo's and the student thread
         layers["pid_namespace"] = self.pid_namespace
         connections = {}
         for rep, reply in zip(run.ranks, self._ready_replies, strict=True):
@@ -346,7 +366,11 @@ class RankGroup:
         self._ranks = []
         self._leader = 0
         self.alive = False
-        shutil.rmtree(self._dir, ignore_errors=True)
+        for _ in range(RMTREE_TRIES):  # a rank that took long to die may still have written into it
+            shutil.rmtree(self._dir, ignore_errors=True)
+            if not self._dir.exists():
+                break
+            time.sleep(0.1)
 
     @staticmethod
     def _wait_gone(pids: list[int], timeout: float = 5.0) -> None:
@@ -378,6 +402,7 @@ class RankGroup:
         if self._cgroups is not None:
             run.memory_kills = [r for r in range(self.world_size) if self._cgroups.oom_kills(r) > ooms[r]]
             run.memory_pressure = self._memory_pressure(hits)
+        run.threads_left = self._threads_left()
         if not clean(run):
             self.close()
         return run
@@ -393,6 +418,17 @@ class RankGroup:
                 held = f", {peak} MiB at most" if peak is not None else ""
                 found[r] = f"reached its memory limit ({self.limits.memory_mb} MiB) {hits} time(s){held}"
         return found
+
+    def _threads_left(self) -> dict[int, int]:
+        """Rank -> how many more threads its process runs than it had at ready: threads the student's
+        code started and left running (read from /proc, outside the rank).  A thread cannot be killed
+        on its own, so such a rank's group is replaced before the next case."""
+        left = {}
+        for r, rk in enumerate(self._ranks):
+            now = _threads(rk.pid)
+            if now > self._threads[r]:
+                left[r] = now - self._threads[r]
+        return left
 
     def _measured(self, run: CaseRun) -> Traffic:
         """The case's traffic, once the data every rank's records announce has crossed."""
@@ -526,10 +562,13 @@ class RankGroup:
         )
         return RankReport(r, status, message)
 
-    def _resolve_pids(self) -> None:
+    def _resolve_pids(self, deadline: float) -> None:
         """Host pids of the ranks (for /proc and signals): init's children, matched by the pid init
         knows them by (the same number without a PID namespace)."""
         while len(self._ns_pids) < self.world_size:
+            if time.monotonic() > deadline:
+                self.close()
+                raise GroupStartError(f"init named {len(self._ns_pids)} of {self.world_size} ranks in time")
             select.select([self._report], [], [], 0.05)
             self._read_report()
         by_ns = {ns: r for r, ns in self._ns_pids.items()}
@@ -593,9 +632,10 @@ def explains(ranks: list[RankReport], traffic: Traffic) -> bool:
 
 
 def clean(run: CaseRun) -> bool:
-    """May the group run another case?  Only if every rank replied, none broke, every message
-    recorded pairs up, and the wire shows exactly what the records say (nothing left in flight)."""
-    if run.hang or run.memory_kills or any(rep.status not in REUSABLE for rep in run.ranks):
+    """May the group run another case?  Only if every rank replied, none broke or left a thread of its
+    own running, every message recorded pairs up, and the wire shows exactly what the records say
+    (nothing left in flight)."""
+    if run.hang or run.memory_kills or run.threads_left or any(rep.status not in REUSABLE for rep in run.ranks):
         return False
     sent: dict[tuple[int, int], int] = {}
     received: dict[tuple[int, int], int] = {}
@@ -685,6 +725,14 @@ def _activity(pid: int) -> tuple[int, bool]:
         return ticks, runnable
     except (OSError, IndexError, ValueError):
         return -1, False
+
+
+def _threads(pid: int) -> int:
+    """Threads of a live process (0 once it is gone or was never known)."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) if pid else 0
+    except OSError:
+        return 0
 
 
 def _cpu_percent(start: int, end: int, seconds: float) -> int | None:

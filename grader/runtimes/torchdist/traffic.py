@@ -3,8 +3,9 @@
 Each group lives in a network namespace of its own where only ``lo`` exists, so every byte one
 rank sends another crosses that ``lo``, and a packet socket bound to it (opened in the namespace
 before any rank existed, see ``grader.sandbox.netns``) sees all of it.  The rank's seccomp filter
-leaves it no other channel to its peers: no unix or netlink sockets, no shared memory (a new IPC
-namespace and a private /dev/shm per rank), no shared writable directory.
+leaves it no other channel to its peers: no socket of its own once Gloo connected (so no unix or
+netlink socket either), no shared memory (a new IPC namespace and a private /dev/shm per rank), no
+shared writable directory.
 
 Gloo's TCP transport frames every operation with a fixed preamble (``gloo/transport/tcp/pair.h``,
 ``struct Op``: six 64-bit fields ``nbytes, opcode, slot, offset, length, roffset``).  A message's
@@ -16,8 +17,15 @@ knows exactly how many messages and payload bytes went by send/recv, and which b
 collectives ran, whatever route the student's code took to them and whatever its own trace says.
 
 Ports are mapped to ranks from the sockets each rank listed in its ready frame, which it sent
-before any student code ran.  Bytes on any other connection, or that do not parse as Gloo ops,
-are *foreign*: nothing a rank's recorded calls can explain.
+before any student code ran.  Only Gloo's streams may exist after that: every packet is held to
+the shape of the packets of Gloo's own connection set-up, which the kernel built before any student
+code ran (:class:`Shape`: the same IP version, header length, TOS, flags, TTL and the group's one
+address at both ends; no IP options), and must be a TCP segment of a mapped connection with no
+flag but ACK, PSH, FIN or RST, no urgent pointer and no TCP option but the kernel's own
+timestamps and SACK blocks.  Anything else, an empty datagram or a bare SYN included, is
+*foreign*, as are bytes of a mapped stream that do not parse as Gloo ops: nothing a rank's
+recorded calls can explain.  The payload of a mapped stream is all that is counted, so an honest
+collective's bytes stay exact.
 """
 
 from __future__ import annotations
@@ -46,6 +54,13 @@ SO_RCVBUFFORCE = 33
 RCVBUF = 64 << 20
 MAX_PACKET = 1 << 18  # lo's largest (GSO) packet is 64 KiB plus headers
 MAX_AHEAD = 64 << 20  # bytes of one stream held while waiting for a segment delivered late
+IPV4, IPV6 = 0x0800, 0x86DD
+TCP_PROTOCOL = 6
+TCP_SYN = 0x02
+MAX_FOREIGN = 100  # reasons kept per case: the first decides the message, a flood must not fill memory
+TCP_FLAGS_OF_A_STREAM = 0x01 | 0x04 | 0x08 | 0x10  # FIN, RST, PSH, ACK: what an open connection sends
+TCP_OPTIONS_OF_A_STREAM = frozenset({0, 1, 5, 8})  # end, no-op, SACK blocks, timestamps (set by the kernel)
+IP_PROTOCOLS = {1: "ICMP", 17: "UDP", 58: "ICMPv6", 132: "SCTP", 136: "UDP-Lite", 255: "raw"}
 
 
 @dataclass
@@ -66,6 +81,11 @@ class Traffic:
     foreign: list[str] = field(default_factory=list)  # traffic no recorded call can explain
     lost: str = ""
 
+    def unexplained(self, why: str) -> None:
+        """Record traffic no recorded call can explain (the first ``MAX_FOREIGN`` reasons)."""
+        if len(self.foreign) < MAX_FOREIGN:
+            self.foreign.append(why)
+
     def pair(self, src: int, dst: int) -> PairTraffic:
         return self.pairs.setdefault((src, dst), PairTraffic())
 
@@ -85,6 +105,63 @@ class Traffic:
         return sum(p.bytes for p in self.pairs.values()) + sum(
             n for p in self.pairs.values() for n in p.collectives.values()
         )
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The fixed fields of an IP header: what every packet of the group's connections shares.
+
+    Taken from Gloo's connection set-up (the kernel's packets, before any student code ran): IPv4
+    version and header length (no options), TOS, flags and fragment offset, TTL, protocol and both
+    addresses; for IPv6, version and traffic class, next header (no extension headers), hop limit
+    and both addresses (the flow label is the kernel's hash of the connection, left out)."""
+
+    proto: int
+    fields: bytes
+
+    @classmethod
+    def of(cls, pkt: memoryview, proto: int) -> Shape | None:
+        if proto == IPV4 and len(pkt) >= 20 and pkt[0] >> 4 == 4:
+            return cls(proto, bytes(pkt[0:2]) + bytes(pkt[6:10]) + bytes(pkt[12:20]))
+        if proto == IPV6 and len(pkt) >= 40 and pkt[0] >> 4 == 6:
+            return cls(proto, bytes([pkt[0], pkt[1] & 0xF0]) + bytes(pkt[6:8]) + bytes(pkt[8:40]))
+        return None
+
+    def differs(self, other: Shape) -> str:
+        """What sets ``other`` apart from this shape, in words ("" when nothing does)."""
+        if other == self:
+            return ""
+        if other.proto != self.proto:
+            return f"an IPv{6 if other.proto == IPV6 else 4} packet on an IPv{6 if self.proto == IPV6 else 4} group"
+        a, b = self.fields, other.fields
+        if self.proto == IPV4:
+            names = [(0, 1, "IP options"), (1, 2, "a TOS"), (2, 4, "IP flags"), (4, 5, "a TTL"), (5, 6, "a protocol")]
+        else:
+            names = [(0, 2, "a traffic class"), (2, 3, "an extension header"), (3, 4, "a hop limit")]
+        for start, end, name in names:
+            if a[start:end] != b[start:end]:
+                return f"a packet with {name} Gloo's connections do not have"
+        return "a packet between addresses other than the group's own"
+
+
+def _tcp_extras(segment: memoryview) -> str:
+    """What a TCP segment of an open connection carries beyond its payload ("" when nothing)."""
+    flags = segment[13] | (segment[12] & 0x0F) << 8  # the reserved bits, too
+    if flags & ~TCP_FLAGS_OF_A_STREAM:
+        return "a TCP segment with flags an open Gloo connection never sets" + (
+            " (a connection set up after the ranks started)" if flags & TCP_SYN else ""
+        )
+    if segment[18] or segment[19]:
+        return "a TCP segment with an urgent pointer"
+    options, i = segment[20 : (segment[12] >> 4) * 4], 0
+    while i < len(options):
+        kind = options[i]
+        if kind not in TCP_OPTIONS_OF_A_STREAM:
+            return f"a TCP segment with option {kind}, which the kernel does not set on Gloo's connections"
+        if kind == 0:
+            break
+        i += 1 if kind == 1 else max(options[i + 1] if i + 1 < len(options) else 0, 2)
+    return ""
 
 
 class _Stream:
@@ -163,7 +240,7 @@ class _Stream:
             pair.notifications += 1
         else:
             self.broken = f"rank {self.src} sent rank {self.dst} bytes that are not Gloo operations"
-            traffic.foreign.append(self.broken)
+            traffic.unexplained(self.broken)
 
 
 class Capture:
@@ -174,6 +251,8 @@ class Capture:
         self.sock.setblocking(False)
         self.streams: dict[tuple[int, int], _Stream] = {}
         self.traffic = Traffic()
+        self.shape: Shape | None = None  # of the group's packets, from its connection set-up
+        self._mapped = False  # past the set-up: every packet is held to the group's shape
         self._buf = bytearray(MAX_PACKET)
 
     @classmethod
@@ -206,6 +285,7 @@ class Capture:
             peer = ends.get((remote, local))
             if peer is not None:
                 self.streams[(local, remote)] = _Stream(r, peer)
+        self._mapped = True
         self.traffic = Traffic()
 
     def begin_case(self) -> None:
@@ -238,30 +318,38 @@ class Capture:
             self.traffic.lost = self.traffic.lost or f"the capture dropped {drops} packets"
 
     def _packet(self, pkt: memoryview, proto: int) -> None:
-        if proto == 0x0800 and len(pkt) >= 20 and pkt[0] >> 4 == 4:
+        shape = Shape.of(pkt, proto)
+        if shape is None:
+            self.traffic.unexplained(f"a packet of protocol {proto:#06x}")
+            return
+        if proto == IPV4:
             ihl = (pkt[0] & 15) * 4
-            end = min(struct.unpack_from("!H", pkt, 2)[0], len(pkt))
-            transport, body = pkt[9], pkt[ihl:end]
-        elif proto == 0x86DD and len(pkt) >= 40:
-            transport, body = pkt[6], pkt[40 : 40 + struct.unpack_from("!H", pkt, 4)[0]]
+            transport, body = pkt[9], pkt[ihl : min(struct.unpack_from("!H", pkt, 2)[0], len(pkt))]
         else:
-            self.traffic.foreign.append(f"a packet of protocol {proto:#06x}")
+            transport, body = pkt[6], pkt[40 : 40 + struct.unpack_from("!H", pkt, 4)[0]]
+        if not self._mapped:  # connection set-up: the kernel's own packets say what the group's look like
+            if transport == TCP_PROTOCOL:
+                self.shape = self.shape or shape
             return
-        if transport != 6:
-            if len(body) > 8:  # UDP and the like: nothing Gloo sends
-                self.traffic.foreign.append(f"a packet of IP protocol {transport}")
+        if transport != TCP_PROTOCOL:
+            name = IP_PROTOCOLS.get(transport, f"IP protocol {transport}")
+            self.traffic.unexplained(f"a packet of {name} with {max(len(body) - 8, 0)} bytes: nothing Gloo sends")
             return
-        if len(body) < 20:
+        if len(body) < 20 or (body[12] >> 4) * 4 < 20:
+            self.traffic.unexplained("a truncated TCP segment")
             return
         sport, dport, seq = struct.unpack_from("!HHI", body, 0)
-        payload = body[(body[12] >> 4) * 4 :]
-        if not payload:
-            return  # ACKs and connection set-up carry nothing
         stream = self.streams.get((sport, dport))
         if stream is None:
-            self.traffic.foreign.append(f"{len(payload)} bytes on a connection Gloo did not open (port {sport})")
+            self.traffic.unexplained(f"a TCP segment on a connection Gloo did not open (ports {sport} -> {dport})")
             return
-        stream.feed(seq, payload, self.traffic)
+        extra = (self.shape.differs(shape) if self.shape else "no connection of the group's") or _tcp_extras(body)
+        if extra:
+            self.traffic.unexplained(f"rank {stream.src} sent rank {stream.dst} {extra}")
+            return
+        payload = body[(body[12] >> 4) * 4 :]
+        if payload:  # ACKs carry nothing
+            stream.feed(seq, payload, self.traffic)
 
     def close(self) -> None:
         self.sock.close()

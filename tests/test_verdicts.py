@@ -1,0 +1,186 @@
+"""Where a measurement is incomplete or a case leaves something behind, the verdict says so and
+never reads "unknown" as "clean"; the session runs such a case again, and tries a group's start
+again, within bounds.  Runs are built by hand: what is specified is how the session decides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from grader.matrix import plugin, verdicts
+from grader.pack import Case, Prepared
+from grader.results import Verdict
+from grader.runtimes.torchdist import launcher
+from grader.runtimes.torchdist.launcher import CaseRun, GroupStartError, RankReport, clean
+from grader.runtimes.torchdist.replies import Claims
+from grader.runtimes.torchdist.traffic import Traffic
+
+CASE = Case("test_allreduce", "ws2", 2, "allreduce", {"must_communicate": True})
+PREPARED = Prepared([{}, {}], [{"out": torch.ones(2)}, {"out": torch.ones(2)}])
+
+
+def honest_run(traffic: Traffic | None) -> CaseRun:
+    """Two ranks that returned the right values and recorded one message each way."""
+    claims = [Claims(1, 1, 8, 8, {1 - r: 1}, {1 - r: 8}, {1 - r: 1}) for r in range(2)]
+    ranks = [RankReport(r, "ok", tensors={"out": torch.ones(2)}, claims=claims[r], replied=True) for r in range(2)]
+    return CaseRun(ranks, 0.1, traffic=traffic)
+
+
+def measured() -> Traffic:
+    traffic = Traffic()
+    for src in range(2):
+        traffic.pair(src, 1 - src).messages, traffic.pair(src, 1 - src).bytes = 1, 8
+    return traffic
+
+
+def test_a_measured_honest_case_passes() -> None:
+    assert verdicts.decide(CASE, PREPARED, honest_run(measured())).verdict is Verdict.PASS
+
+
+def test_a_lost_capture_decides_nothing_in_the_submissions_favour() -> None:
+    """Right values and records that agree: still not a pass when the wire could not be measured,
+    and the message says why; the trace keeps no count a trace check could pass on."""
+    traffic = measured()
+    traffic.lost = "the capture dropped 3 packets"
+    run = honest_run(traffic)
+    run.runs = 2
+    decision = verdicts.decide(CASE, PREPARED, run)
+    assert decision.verdict is Verdict.TAMPERING
+    assert "could not measure the traffic between the ranks in each of 2 runs" in decision.message
+    assert "the capture dropped 3 packets" in decision.message
+    assert "max_sends_per_rank" not in decision.trace and decision.trace["measured"] is False
+    assert not clean(run)
+
+
+def test_ranks_that_agree_without_any_measured_byte_are_not_clean() -> None:
+    decision = verdicts.decide(CASE, PREPARED, honest_run(Traffic()))
+    assert decision.verdict is Verdict.TAMPERING
+
+
+def test_without_a_capture_the_records_decide() -> None:
+    """No root, no capture: the ranks' own records are all there is (said in ``isolation``)."""
+    assert verdicts.decide(CASE, PREPARED, honest_run(None)).verdict is Verdict.PASS
+
+
+def test_a_thread_left_running_is_said_and_its_group_replaced() -> None:
+    run = honest_run(measured())
+    run.threads_left = {1: 1}
+    decision = verdicts.decide(CASE, PREPARED, run)
+    assert decision.verdict is Verdict.PASS  # the values were right; the thread costs its group
+    assert decision.message.startswith("rank 1 still ran a thread of the submission's after the case")
+    assert not clean(run)
+
+
+class FakeGroup:
+    """A group whose capture loses packets ``lost`` times, or that fails to start ``failures`` times."""
+
+    starts = 0
+    failures = 0
+    cases = 0
+    lost = 0
+
+    def __init__(self, world_size: int, *args: Any) -> None:
+        self.world_size, self.alive, self.layers = world_size, False, {}
+
+    def start(self) -> None:
+        FakeGroup.starts += 1
+        if FakeGroup.starts <= FakeGroup.failures:
+            raise GroupStartError("the ranks were not ready in time")
+        self.alive = True
+
+    def close(self) -> None:
+        self.alive = False
+
+    def run_case(self, header: dict[str, Any], inputs: list[Any], timeout_s: float) -> CaseRun:
+        FakeGroup.cases += 1
+        traffic = measured()
+        if FakeGroup.cases <= FakeGroup.lost:
+            traffic.lost = "the capture dropped 1 packets"
+            self.alive = False  # a run that is not clean closes its group
+        return honest_run(traffic)
+
+
+class FakePack:
+    def __init__(self) -> None:
+        self.stand_ins: dict[str, frozenset[str]] = {}
+        self.module_of = {"allreduce": "src.collectives"}
+        self.function_of = {"allreduce": "my_allreduce"}
+
+    def module_to_import(self, kind: str) -> str:
+        return "src.collectives"
+
+
+@pytest.fixture
+def session(monkeypatch: pytest.MonkeyPatch) -> plugin.MatrixSession:
+    """A session without its zygote: only how it runs cases and starts groups is exercised."""
+    from grader.limits import Limits
+
+    monkeypatch.setattr(launcher, "RankGroup", FakeGroup)
+    FakeGroup.starts = FakeGroup.failures = FakeGroup.cases = FakeGroup.lost = 0
+    s = object.__new__(plugin.MatrixSession)
+    s.pack, s.limits, s.groups, s.calibration = FakePack(), Limits(), {}, {2: 0.01}
+    s.start_failures, s.import_failures, s.layers, s.failed_functions = {}, {}, {}, set()
+    s.student_code_ran, s.sandbox, s.zygote, s.sandboxing, s.student = False, None, None, None, {}
+    return s
+
+
+def test_a_case_whose_capture_lost_packets_runs_again_in_a_fresh_group(session: plugin.MatrixSession) -> None:
+    FakeGroup.lost = 1
+    run = session._run(CASE, PREPARED)
+    assert (FakeGroup.cases, FakeGroup.starts, run.runs) == (2, 2, 2)
+    assert run.traffic is not None and not run.traffic.lost
+
+
+def test_runs_again_are_bounded_and_the_last_lost_run_is_decided(session: plugin.MatrixSession) -> None:
+    FakeGroup.lost = 99
+    run = session._run(CASE, PREPARED)
+    assert FakeGroup.cases == plugin.MEASURE_RUNS == run.runs
+    assert verdicts.decide(CASE, PREPARED, run).verdict is Verdict.TAMPERING
+
+
+def test_a_group_that_fails_to_start_is_tried_again(session: plugin.MatrixSession) -> None:
+    FakeGroup.failures = plugin.START_ATTEMPTS - 1
+    assert session._run(CASE, PREPARED).ranks[0].status == "ok"
+
+
+def test_a_start_that_keeps_failing_after_student_code_ran_is_charged_to_the_submission(
+    session: plugin.MatrixSession,
+) -> None:
+    session._run(CASE, PREPARED)
+    session.groups[2].close()  # the submission's case ended its group
+    FakeGroup.failures = FakeGroup.starts + plugin.START_ATTEMPTS
+    with pytest.raises(GroupStartError) as failed:
+        session._run(CASE, PREPARED)
+    decision = session._start_failure(failed.value.reason)
+    assert decision.verdict is Verdict.CRASH and "after this submission's earlier cases" in decision.message
+
+
+def test_a_start_that_fails_before_any_student_code_is_the_graders_error(session: plugin.MatrixSession) -> None:
+    FakeGroup.failures = plugin.START_ATTEMPTS
+    with pytest.raises(GroupStartError) as failed:
+        session._run(CASE, PREPARED)
+    assert session._start_failure(failed.value.reason).verdict is Verdict.ERROR
+
+
+class BrokenZygote:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def spawn(self, request: Any, fds: list[int]) -> int:
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc", [OSError(24, "Too many open files"), RuntimeError("anything else")])
+def test_a_group_that_fails_to_start_leaves_nothing_behind(tmp_path: Path, exc: BaseException) -> None:
+    """Whatever fails while the ranks start, the group's directory (its FileStore, the ranks' scratch)
+    is gone; resources running out is a start failure the session may try again."""
+    from grader.limits import Limits
+    from grader.runtimes.torchdist.launcher import RankGroup, Sandboxing
+
+    group = RankGroup(2, tmp_path, Limits(), BrokenZygote(exc), Sandboxing(None), {})  # type: ignore[arg-type]
+    with pytest.raises(GroupStartError if isinstance(exc, OSError) else RuntimeError):
+        group.start()
+    assert not group._dir.exists() and not group.alive
