@@ -23,6 +23,7 @@ import contextlib
 import io
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -46,6 +47,9 @@ MAX_LOSSES = 3  # times a student's worker may die under it before the row is a 
 MAX_IN_FLIGHT = 256  # students submitted to the scheduler at once: enough to keep a large cluster busy
 DASHBOARD = ":0"  # the dashboard on a free port: other batches may run beside this one
 WORKER_CHECK = "import torch, grader"  # what a worker's Python must import before it grades anybody
+# How a grade ends when something outside the batch stops it: the grader's own exit on SIGTERM/SIGINT,
+# or death by either.  Slurm's scancel, preemption and walltime signal every process of the job at once.
+STOPPED_FROM_OUTSIDE = (130, -signal.SIGTERM, -signal.SIGINT)
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,7 @@ class GradeReply:
     outcome: dict[str, Any] = field(default_factory=dict)
     output: bytes = field(default=b"", repr=False)
     unfit: str = ""
+    lost: str = ""  # the grade was stopped from outside: this worker is going down (scancel, preemption)
 
 
 _fitness: dict[str, str] = {}  # per worker process: "" when fit, else why not
@@ -144,6 +149,8 @@ def grade_on_worker(task: GradeTask) -> GradeReply:
         cmd = grade_argv(command, source, graded, options, task.submitted_at)
         with (work / "grade.log").open("wb") as log:
             outcome = wait_grade(start_grade(cmd, log, task.salt), task.timeout)
+        if outcome.returncode in STOPPED_FROM_OUTSIDE:  # not the student's doing: graded again elsewhere
+            return GradeReply(lost=f"the grade on {socket.gethostname()} was stopped (exit {outcome.returncode})")
         os.replace(work / "grade.log", graded / "grade.log")
         return GradeReply(vars(outcome), _tar(graded, "."))
 
@@ -204,8 +211,25 @@ class ClusterGrader(Grader):
         )
 
     def run(self, student: Student, graded: Path) -> Outcome:
+        """Grade on the cluster until a worker finishes the grade; each worker lost under it costs a try."""
         from distributed import KilledWorker
 
+        lost = ""
+        for _ in range(MAX_LOSSES + 1):
+            try:
+                reply = self._submit(student)
+            except KilledWorker as exc:  # Dask ran it on MAX_LOSSES + 1 workers that died under it
+                lost = f"last on {exc.last_worker}"
+                break
+            if not reply.lost:
+                _untar(reply.output, graded, "data")  # the grader's output: plain files, nothing else
+                return Outcome(**reply.outcome)
+            lost = reply.lost
+        why = f"its worker was lost {MAX_LOSSES + 1} times while grading it ({lost})"
+        (graded / "grade.log").write_text(why + "\n", encoding="utf-8")
+        return Outcome(GRADER_ERROR, why)
+
+    def _submit(self, student: Student) -> GradeReply:
         future = self.client.submit(grade_on_worker, self._task(student), key=f"grade-{uuid.uuid4().hex}", pure=False)
         with self._lock:
             self._futures.add(future)
@@ -215,10 +239,6 @@ class ClusterGrader(Grader):
             raise KeyboardInterrupt
         try:
             reply: GradeReply = future.result()
-        except KilledWorker as exc:
-            why = f"its worker was lost {MAX_LOSSES + 1} times while grading it (last: {exc.last_worker})"
-            (graded / "grade.log").write_text(why + "\n", encoding="utf-8")
-            return Outcome(GRADER_ERROR, why)
         except ImportError as exc:  # the worker could not even load this module
             raise BatchStop(f"the cluster cannot grade: a worker cannot import the grader: {exc}") from None
         except Exception:
@@ -230,8 +250,7 @@ class ClusterGrader(Grader):
                 self._futures.discard(future)
         if reply.unfit:
             raise BatchStop(f"the cluster cannot grade: {reply.unfit}")
-        _untar(reply.output, graded, "data")  # the grader's output: plain files, nothing else
-        return Outcome(**reply.outcome)
+        return reply
 
     def stop(self) -> None:
         super().stop()
