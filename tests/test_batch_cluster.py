@@ -202,3 +202,38 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+@pytest.mark.slow
+def test_the_real_grader_on_a_local_cluster_grades_hostile_and_honest_work_as_the_local_path(tmp_path):
+    """Real gradings: the reference, a hostile entry that signals its parents, one whose import never
+    finishes and one that cannot be imported; results equal (the timings and sandbox path aside)."""
+    import shutil
+
+    from grader.batch import run_batch
+
+    corpus = Path(__file__).parent / "corpus" / "hostile"
+    trees = {
+        "reference": Path(__file__).resolve().parents[1] / "reference" / "a9",
+        "kill_parents": corpus / "kill_parents",
+        "import_never_finishes": corpus / "import_never_finishes",
+        "syntax_error": corpus / "syntax_error",
+    }
+    roster = tmp_path / "roster"
+    for name, tree in trees.items():
+        shutil.copytree(tree, roster / name, ignore=shutil.ignore_patterns("__pycache__", "expected.json"))
+    local = run_batch(roster, tmp_path / "local", jobs=2, progress=StringIO())
+    on_dask = run_batch(roster, tmp_path / "dask", cluster="local:2", progress=StringIO())
+
+    assert [(r.student, r.status, r.total) for r in on_dask] == [(r.student, r.status, r.total) for r in local]
+    assert {r.status for r in local} == {"graded"}, [r.message for r in local]
+    assert (tmp_path / "dask" / "gradebook.csv").read_bytes() == (tmp_path / "local" / "gradebook.csv").read_bytes()
+    for name in trees:
+        assert _timeless(tmp_path / "dask", name) == _timeless(tmp_path / "local", name), name
+
+
+def _timeless(out: Path, student: str) -> dict:
+    result = json.loads((out / "students" / student / "results.json").read_text())
+    result.pop("timings")
+    result["isolation"].pop("sandbox")
+    return result
