@@ -30,6 +30,7 @@ import sys
 import tarfile
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -147,8 +148,10 @@ def grade_on_worker(task: GradeTask) -> GradeReply:
         graded.mkdir()
         command = task.command or [sys.executable, "-m", "grader", "grade"]
         cmd = grade_argv(command, source, graded, options, task.submitted_at)
+        start = time.monotonic()
         with (work / "grade.log").open("wb") as log:
             outcome = wait_grade(start_grade(cmd, log, task.salt), task.timeout)
+        outcome.seconds = round(time.monotonic() - start, 3)  # the grade's, not its wait in Dask's queue
         if outcome.returncode in STOPPED_FROM_OUTSIDE:  # not the student's doing: graded again elsewhere
             return GradeReply(lost=f"the grade on {socket.gethostname()} was stopped (exit {outcome.returncode})")
         os.replace(work / "grade.log", graded / "grade.log")
@@ -263,8 +266,11 @@ class ClusterGrader(Grader):
 @contextlib.contextmanager
 def connect(spec: ClusterSpec, config: Path | None, students: int, progress: TextIO) -> Iterator[Any]:
     """A Dask client on the cluster ``spec`` says, closed (and any cluster it started) on exit."""
-    import dask
-    import distributed
+    try:
+        import dask
+        import distributed
+    except ImportError:
+        raise UserError(f'--cluster {spec.kind} needs Dask: pip install "dist-grader[cluster]"') from None
 
     with dask.config.set({"distributed.scheduler.allowed-failures": MAX_LOSSES}), contextlib.ExitStack() as stack:
         if spec.kind == "local":
