@@ -242,3 +242,35 @@ def _timeless(out: Path, student: str) -> dict:
     for task in result["tasks"]:
         task["items"] = [(item["id"], item["score"], item["status"]) for item in task["items"]]
     return result
+
+
+@pytest.mark.parametrize(
+    ("spec", "parsed"),
+    [
+        ("local", ("local", 2, "")),
+        ("local:3", ("local", 3, "")),
+        ("tcp://10.0.0.5:8786", ("scheduler", 2, "tcp://10.0.0.5:8786")),
+        ("dask://sched:8786", ("scheduler", 2, "tcp://sched:8786")),
+        ("slurm", ("slurm", 2, "")),
+    ],
+)
+def test_the_cluster_forms(spec, parsed):
+    from grader.batch.cluster import parse_cluster
+
+    found = parse_cluster(spec)
+    assert (found.kind, found.workers, found.address) == parsed
+
+
+def test_a_wrong_cluster_form_or_a_cluster_option_alone_is_a_clear_error(tmp_path, capsys):
+    from grader import cli
+
+    roster = tmp_path / "roster"
+    submission(roster, "a9-alice")
+    out = str(tmp_path / "out")
+    for argv, message in [
+        (["--cluster", "local:0"], "local:N takes a positive number"),
+        (["--cluster", "pbs"], "expected local[:N], tcp://HOST:PORT"),
+        (["--send-submissions"], "go with --cluster"),
+    ]:
+        assert cli.main(["batch", str(roster), "--out", out, *argv]) == 1
+        assert message in capsys.readouterr().err
