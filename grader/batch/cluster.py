@@ -45,7 +45,7 @@ from grader.errors import UserError
 from grader.gradebook import GRADER_ERROR
 
 MAX_LOSSES = 3  # times a student's worker may die under it before the row is a grader_error
-MAX_IN_FLIGHT = 256  # students submitted to the scheduler at once: enough to keep a large cluster busy
+MAX_IN_FLIGHT = 1024  # students submitted at once (a client thread each): more than a 20-node cluster runs
 DASHBOARD = ":0"  # the dashboard on a free port: other batches may run beside this one
 WORKER_CHECK = "import torch, grader"  # what a worker's Python must import before it grades anybody
 # How a grade ends when something outside the batch stops it: the grader's own exit on SIGTERM/SIGINT,
