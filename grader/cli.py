@@ -93,6 +93,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_trust_commit_time(batch)
     batch.add_argument("--force", action="store_true", help="regrade even when a cached result exists")
     batch.add_argument("--timeout", type=float, default=900.0, help="seconds per submission")
+    batch.add_argument("--secret-file", type=Path, default=None, help="the instructor's secret input salt")
+    batch.add_argument(
+        "--cluster", default=None, help="grade on Dask: local[:N], tcp://HOST:PORT or slurm (README: on a cluster)"
+    )
+    batch.add_argument("--cluster-config", type=Path, default=None, help="YAML of SLURMCluster options")
+    batch.add_argument(
+        "--send-submissions",
+        action="store_true",
+        help="send each submission to its worker through Dask (workers without the roster's filesystem)",
+    )
 
     add_repro_command(sub)
     annotate = sub.add_parser("annotate", help="GitHub workflow annotations (::error file=...) from a results.json")

@@ -10,12 +10,14 @@ are a function of the submission's ``src/collectives.py``; lines ``# fake: ...``
 
 * ``sleep=S``: take S seconds; ``hang``: never finish (with a child process of its own);
 * ``crash``: die by SIGSEGV after printing a traceback; ``error``: write an ``error`` result, exit 2;
+* ``kill-worker``: SIGKILL its parent (the Dask worker running it), on every try;
 * ``forbidden``: a static finding (``dist.all_reduce`` in ``my_allreduce``);
 * ``hang-case``: one all-to-all case has the verdict ``hang``;
 * ``no-trace``: the all-to-all probe recorded no events (the report's diagram has nothing to draw).
 
 Every run appends the submission's name and the fake's pid to ``$FAKE_GRADER_LOG``, so the tests count
-grades.  The scores the batch reports are whatever ``scoring.score`` makes of that junit: the tests use
+grades (then a digest of the salt it was given, and whether its command line is free of it).  The scores
+the batch reports are whatever ``scoring.score`` makes of that junit: the tests use
 ``grader.rescore.rescore`` (itself ``scoring.score``) as the oracle.
 """
 
@@ -150,8 +152,16 @@ def fake_main(argv: list[str]) -> int:
     parser.add_argument("--submitted-at-source", default="flag")
     parser.add_argument("--trust-commit-time", action="store_true")
     args = parser.parse_args(argv)
+    parent = os.environ.pop("GRADER_DIE_WITH_PARENT", "")  # as the real grader's cli.main does
+    if parent.isdigit():
+        from grader.sandbox.isolation import die_with_parent
+
+        die_with_parent(int(parent), signal.SIGTERM)
+    salt = os.environ.get("GRADER_INPUT_SALT", "")
+    seen = hashlib.sha256(salt.encode()).hexdigest()[:12] if salt else "-"
     with open(os.environ["FAKE_GRADER_LOG"], "a", errors="backslashreplace") as log:
-        log.write(f"{Path(args.submission).name} {os.getpid()}\n")
+        # Also what the tests check of the salt: which one this grade got, and never on its command line.
+        log.write(f"{Path(args.submission).name} {os.getpid()} salt={seen} argv-clean={salt not in ' '.join(argv)}\n")
     print(f"fake grading {args.submission}")
     rubric = load_rubric(args.rubric)
     pack = load_pack(rubric.assignment.pack)
@@ -166,6 +176,9 @@ def fake_main(argv: list[str]) -> int:
         if "# fake: hang" in text.split("\n"):
             child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
             Path(os.environ["FAKE_GRADER_LOG"] + ".pids").write_text(str(child.pid))
+            time.sleep(600)
+        if "# fake: kill-worker" in text:  # a grade that takes its worker down with it, every time
+            os.kill(os.getppid(), signal.SIGKILL)
             time.sleep(600)
         if "# fake: crash" in text:
             print("Traceback: the grader fell over")
@@ -322,18 +335,24 @@ def test_the_fake_grader_writes_a_real_grading(tmp_path, log):
 # Rows, statuses, numbers
 
 
-def test_every_student_is_a_row_whatever_happened_to_their_grade(tmp_path, log):
-    roster = tmp_path / "roster"
+def a_class(root: Path) -> Path:
+    """A roster of every fate: graded, hanging, crashing, erroring, forbidden, absent and archived."""
+    roster = root / "roster"
     submission(roster, "a9-alice")
     submission(roster, "a9-carol", "hang")
     submission(roster, "a9-dave", "crash")
     submission(roster, "a9-erin", "error")
     submission(roster, "a9-gina", "forbidden", "hang-case")
     (roster / "a9-frank").mkdir()  # accepted the assignment, pushed nothing
-    bob = submission(tmp_path, "a9-bob")
+    bob = submission(root, "a9-bob")
     with zipfile.ZipFile(roster / "a9-bob.zip", "w") as zf:
         for f in bob.rglob("*"):
             zf.write(f, "a9-bob-main/" + f.relative_to(bob).as_posix())
+    return roster
+
+
+def test_every_student_is_a_row_whatever_happened_to_their_grade(tmp_path, log):
+    roster = a_class(tmp_path)
     progress = StringIO()
 
     rows = run(roster, tmp_path / "out", jobs=3, timeout=10, progress=progress)

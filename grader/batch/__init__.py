@@ -36,12 +36,14 @@ from pathlib import Path
 from typing import TextIO
 
 from grader import scoring
+from grader.batch.cluster import MAX_IN_FLIGHT, ClusterGrader, connect, parse_cluster
 from grader.batch.roster import Student, load_roster
 from grader.batch.workers import GRADED_DIR, Grader, grade_all, load_outcome
 from grader.errors import UserError
 from grader.gradebook import GRADED, GradebookRow, gradebook_row, render_gradebook, task_columns
 from grader.manual import ManualScores, load_manual
 from grader.pack import load_pack
+from grader.pipeline import input_salt
 from grader.render.class_report import render_class_report
 from grader.render.outputs import write_outputs, write_text
 from grader.render.student_report import render_student_report
@@ -65,10 +67,15 @@ def run_batch(
     trust_commit_time: bool = False,
     grade_cmd: Sequence[str] | None = None,
     progress: TextIO | None = None,
+    secret_file: Path | None = None,
+    cluster: str | None = None,
+    cluster_config: Path | None = None,
+    send_submissions: bool = False,
 ) -> list[GradebookRow]:
     """Grade every student of ``roster`` missing or stale in ``out``, score everyone, write the reports.
 
-    ``grade_cmd`` replaces ``python -m grader`` (the tests inject a fake grader with it).
+    ``grade_cmd`` replaces ``python -m grader`` (the tests inject a fake grader with it).  ``cluster``
+    runs the grades on Dask (``grader.batch.cluster``); ``send_submissions`` sends them their bytes.
     """
     if jobs < 1:
         raise UserError("--jobs must be at least 1")
@@ -79,6 +86,10 @@ def run_batch(
     unknown = sorted(set(manual_scores) - {s.name for s in students})
     if unknown:
         raise UserError(f"{manual}: students not in the roster: {', '.join(unknown)}")
+    spec = parse_cluster(cluster) if cluster else None
+    if (cluster_config or send_submissions) and spec is None:
+        raise UserError("--cluster-config and --send-submissions go with --cluster")
+    salt = input_salt(secret_file)[0] if secret_file else None
     loaded = load_rubric(rubric)  # a broken rubric is one error now, not one per student
     scored = scoring.under_deadline_option(loaded, deadline)
 
@@ -87,15 +98,20 @@ def run_batch(
     students_dir.mkdir(parents=True, exist_ok=True)
     with _exclusive(out):
         command = [*(grade_cmd or [sys.executable, "-m", "grader"]), "grade"]
-        options = ["--rubric", str(Path(rubric).resolve())] if rubric else []
-        if backend == "docker":
-            options += ["--backend", "docker", "--image", image]
+        options = ["--backend", "docker", "--image", image] if backend == "docker" else []
         if trust_commit_time:
             options.append("--trust-commit-time")
-        grader = Grader(students_dir, loaded, command, options, timeout, force, trust_commit_time)
+        rubric_file = Path(rubric).resolve() if rubric else None
+        settings = (students_dir, loaded, command, options, timeout, force, trust_commit_time, rubric_file, salt)
         for leftover in [*students_dir.glob(".tmp-*"), *students_dir.glob(".old-*")]:
             _remove(leftover)
-        grade_all(students, grader, jobs, progress or sys.stderr)
+        stream = progress or sys.stderr
+        if spec is None:
+            grade_all(students, Grader(*settings), jobs, stream)
+        else:
+            with connect(spec, cluster_config, len(students), stream) as client:
+                grader = ClusterGrader(*settings, client=client, send=send_submissions)
+                grade_all(students, grader, min(len(students), MAX_IN_FLIGHT), stream)
         return _write_reports(students, out, scored, manual_scores)
 
 
@@ -176,6 +192,10 @@ def main(args: argparse.Namespace) -> int:
             force=args.force,
             timeout=args.timeout,
             trust_commit_time=args.trust_commit_time,
+            secret_file=args.secret_file,
+            cluster=args.cluster,
+            cluster_config=args.cluster_config,
+            send_submissions=args.send_submissions,
         )
     except KeyboardInterrupt:
         print("grader batch: interrupted; rerun the same command to finish", file=sys.stderr)

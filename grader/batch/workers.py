@@ -25,16 +25,22 @@ from typing import Any, TextIO
 
 from grader.batch.cache import KEY_FILE, is_cached, read_json, submission_key
 from grader.batch.roster import Student
+from grader.errors import UserError
 from grader.gradebook import GRADED, GRADER_ERROR, NO_SUBMISSION, TIMEOUT
 from grader.render.outputs import write_text
 from grader.results import GradeResult, TimeSource
 from grader.rubric import Rubric
+from grader.salt import SALT_ENV
 from grader.sandbox.isolation import DIE_WITH_PARENT_ENV
 
 KILL_GRACE_S = 10.0  # between SIGINT and SIGKILL when a grade is ended
 LOG_TAIL = 2000  # characters of grade.log quoted as the message of a failed grade
 GRADED_DIR = "graded"  # in a student's directory: what `grader grade --out` wrote, the cache
 OUTCOME_FILE = "batch-outcome.json"
+
+
+class BatchStop(UserError):
+    """The batch cannot go on for anybody (a cluster whose workers cannot grade): it stops, with this."""
 
 
 @dataclass
@@ -71,14 +77,18 @@ class Grader:
         timeout: float,
         force: bool,
         trust_commit_time: bool = False,
+        rubric_file: Path | None = None,
+        salt: str | None = None,
     ):
         self.students_dir = students_dir
         self.rubric = rubric
         self.command = command  # up to and including `grade`
-        self.options = options  # --rubric, --backend: the same for every student
+        self.options = options  # --backend, --trust-commit-time: the same for every student
         self.timeout = timeout
         self.force = force
         self.trust_commit_time = trust_commit_time  # passed in options too; the cache key needs it
+        self.rubric_file = rubric_file  # --rubric, kept apart: a cluster without shared files is sent its text
+        self.salt = salt  # --secret-file's salt: given to each grade in its environment, never its argv
         self._running: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
         self._stopping = False
@@ -87,6 +97,8 @@ class Grader:
         """(status to report, whether a grade ran): no submission, cached, or graded now."""
         try:
             return self._process(student)
+        except BatchStop:
+            raise
         except Exception as exc:  # the batch's own failure on one student is that student's row
             record(self.students_dir / student.name, Outcome(GRADER_ERROR, f"grader batch: {exc!r}"))
             return GRADER_ERROR, False
@@ -105,15 +117,9 @@ class Grader:
         tmp = self.students_dir / f".tmp-{student.name}-{uuid.uuid4().hex}"
         graded = tmp / GRADED_DIR
         graded.mkdir(parents=True)
-        log_path = tmp.with_name(tmp.name + ".log")
-        cmd = [*self.command, student.source, "--out", str(graded), *self.options]
-        if student.submitted_at:
-            cmd += ["--submitted-at", student.submitted_at, "--submitted-at-source", TimeSource.ROSTER.value]
         start = time.monotonic()
-        with log_path.open("wb") as log:
-            outcome = self._run(cmd, log)
-        outcome.seconds = round(time.monotonic() - start, 3)
-        os.replace(log_path, graded / "grade.log")
+        outcome = self.run(student, graded)
+        outcome.seconds = outcome.seconds or round(time.monotonic() - start, 3)  # a worker's own count wins
         if outcome.status == GRADED:
             outcome = _classify(graded, outcome)
         if outcome.status != GRADED and not outcome.message:
@@ -124,31 +130,26 @@ class Grader:
         _install_dir(tmp, self.students_dir / student.name)
         return outcome
 
-    def _run(self, cmd: list[str], log: io.BufferedWriter) -> Outcome:
-        with self._lock:
+    def run(self, student: Student, graded: Path) -> Outcome:
+        """Run `grader grade` on one student into ``graded`` (its output and ``grade.log``), here.
+        ``grader.batch.cluster`` runs it on a Dask worker instead."""
+        log_path = graded.parent.with_name(graded.parent.name + ".log")
+        options = [*self.options, *(["--rubric", str(self.rubric_file)] if self.rubric_file else [])]
+        cmd = grade_argv(self.command, student.source, graded, options, student.submitted_at)
+        with log_path.open("wb") as log, self._lock:
             if self._stopping:
                 raise KeyboardInterrupt
-            # A session of its own: on timeout the whole group (ranks, pytest, docker client) dies.
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env={**os.environ, DIE_WITH_PARENT_ENV: str(os.getpid())},  # a killed batch ends its grades
-            )
+            proc = start_grade(cmd, log, self.salt)
             self._running[proc.pid] = proc
         try:
-            proc.wait(timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            return Outcome(TIMEOUT, f"no result after {self.timeout:g} s: killed")
+            outcome = wait_grade(proc, self.timeout)
         finally:
-            _kill_group(proc)  # on timeout, and leftovers of a finished grade must not outlive it
             with self._lock:
                 self._running.pop(proc.pid, None)
+        os.replace(log_path, graded / "grade.log")
         if self._stopping:  # killed by stop(): leave nothing behind that looks like a verdict
             raise KeyboardInterrupt
-        return Outcome(GRADED, returncode=proc.returncode)
+        return outcome
 
     def stop(self) -> None:
         """Kill every grade in flight (Ctrl-C, SIGTERM) and refuse new ones."""
@@ -157,6 +158,37 @@ class Grader:
             running = list(self._running.values())
         for proc in running:
             _kill_group(proc)
+
+
+def grade_argv(command: list[str], source: str, out: Path, options: list[str], submitted_at: str | None) -> list[str]:
+    """The `grader grade` command line for one student: the same on this machine and on a worker."""
+    cmd = [*command, source, "--out", str(out), *options]
+    if submitted_at:
+        cmd += ["--submitted-at", submitted_at, "--submitted-at-source", TimeSource.ROSTER.value]
+    return cmd
+
+
+def start_grade(cmd: list[str], log: io.BufferedWriter, salt: str | None) -> subprocess.Popen[bytes]:
+    """Start a grade in a session of its own, so that on timeout the whole group (ranks, pytest,
+    docker client) dies; it dies with this process too.  The salt travels in the environment, which
+    no other user can read, never on the command line."""
+    env = {**os.environ, DIE_WITH_PARENT_ENV: str(os.getpid())}
+    if salt:
+        env[SALT_ENV] = salt
+    return subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+    )
+
+
+def wait_grade(proc: subprocess.Popen[bytes], timeout: float) -> Outcome:
+    """Wait for a grade up to ``timeout``; its process group is ended whatever happens."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return Outcome(TIMEOUT, f"no result after {timeout:g} s: killed")
+    finally:
+        _kill_group(proc)  # on timeout, and leftovers of a finished grade must not outlive it
+    return Outcome(GRADED, returncode=proc.returncode)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

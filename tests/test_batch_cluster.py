@@ -1,0 +1,276 @@
+"""`grader batch --cluster`: the same class graded on Dask gives the same gradebook and results as the local
+path; a lost worker costs a regrade, never the student's row; a worker that cannot grade stops the batch.
+
+The grades are the fake grader of ``test_batch`` (real Dask, real worker processes, no student code); the
+class has a hanging, a crashing and an erroring grade.  ``test_batch_slurm`` does the same on a real Slurm.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import threading
+import time
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from test_batch import FAKE, a_class, gradebook, invocations, oracle, rubric_variant, submission
+
+distributed = pytest.importorskip("distributed", reason='Dask is an optional extra: pip install "dist-grader[cluster]"')
+
+SALT = "s3cret-salt-of-the-course"
+
+
+def fake(log: Path) -> list[str]:
+    """The fake grader, told where to log in its own environment: a worker started before the test
+    does not have the test's."""
+    return ["env", f"FAKE_GRADER_LOG={log}", *FAKE]
+
+
+def batch(roster: Path, out: Path, log: Path, **kwargs):
+    from grader.batch import run_batch
+
+    kwargs.setdefault("progress", StringIO())
+    return run_batch(roster, out, grade_cmd=fake(log), **kwargs)
+
+
+def written(out: Path) -> dict[str, object]:
+    """Every file a batch wrote, the seconds a grade took aside."""
+    files: dict[str, object] = {}
+    for path in sorted(out.rglob("*")):
+        if path.is_file() and path.name != ".batch.lock":
+            data: object = path.read_bytes()
+            if path.name == "batch-outcome.json":
+                data = {k: v for k, v in json.loads(path.read_text()).items() if k != "seconds"}
+            files[str(path.relative_to(out))] = data
+    return files
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A Dask cluster of two worker processes, reached by its address as any existing scheduler is."""
+    import dask
+
+    from grader.batch.cluster import MAX_LOSSES
+
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": MAX_LOSSES}),
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as running,
+    ):
+        yield running.scheduler_address
+
+
+@pytest.mark.slow
+def test_a_local_cluster_grades_the_class_as_the_local_path_does_and_shares_its_cache(tmp_path, cluster):
+    roster, log = a_class(tmp_path), tmp_path / "grades.log"
+    progress = StringIO()
+    rows = batch(roster, tmp_path / "local", log, timeout=8)
+    on_dask = batch(roster, tmp_path / "dask", log, timeout=8, cluster="local:2", progress=progress)
+
+    assert [(r.student, r.status) for r in on_dask] == [(r.student, r.status) for r in rows]
+    assert {r.status for r in rows} == {"graded", "timeout", "grader_error", "no_submission"}
+    assert written(tmp_path / "dask") == written(tmp_path / "local")
+    graded = ["a9-alice", "a9-bob.zip", "a9-carol", "a9-dave", "a9-erin", "a9-gina"]
+    assert sorted(invocations(log)) == sorted(2 * graded)
+    lines = progress.getvalue().splitlines()
+    assert lines[-1].startswith("[7/7]") and "ETA" in lines[-1]
+    assert any(line.startswith("dashboard: http") for line in lines) or not _bokeh()
+
+    # Resuming on another cluster (an existing scheduler, by address) grades again only those whose
+    # grade did not finish, as a local rerun does.
+    log.unlink()
+    batch(roster, tmp_path / "local", log, timeout=8, cluster=cluster)
+    assert sorted(invocations(log)) == ["a9-carol", "a9-dave", "a9-erin"]
+
+
+def _bokeh() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("bokeh") is not None
+
+
+def test_sent_submissions_and_rubric_grade_as_on_a_shared_filesystem_and_the_salt_stays_off_argv(tmp_path, cluster):
+    from grader.results import GradeResult
+
+    roster = tmp_path / "roster"
+    submission(roster, "a9-alice")
+    submission(roster, "a9-bob", "forbidden")
+    rubric = rubric_variant(tmp_path, "capped", ("  cap: 5\n", "  cap: 1\n"))
+    secret = tmp_path / "secret"
+    secret.write_text(SALT + "\n")
+    log = tmp_path / "grades.log"
+    options = {"rubric": rubric, "secret_file": secret}
+    batch(roster, tmp_path / "local", log, **options)
+    batch(roster, tmp_path / "sent", log, cluster=cluster, send_submissions=True, **options)
+
+    assert gradebook(tmp_path / "sent") == gradebook(tmp_path / "local")
+    for name in ("alice", "bob"):
+        local = GradeResult.load(tmp_path / "local" / "students" / name / "results.json").to_dict()
+        sent = GradeResult.load(tmp_path / "sent" / "students" / name / "results.json").to_dict()
+        assert sent["submission"].pop("source").endswith(f"/submission/a9-{name}")  # unpacked on the worker
+        local["submission"].pop("source")
+        assert sent == local
+        assert GradeResult.load(tmp_path / "sent" / "students" / name / "results.json") == oracle(
+            tmp_path / "sent", name, rubric
+        )
+    digest = hashlib.sha256(SALT.encode()).hexdigest()[:12]
+    lines = log.read_text().splitlines()
+    assert len(lines) == 4 and all(f"salt={digest} argv-clean=True" in line for line in lines)
+
+
+def test_a_student_whose_worker_dies_mid_grade_is_graded_again_on_another(tmp_path, cluster):
+    from grader.rescore import rescore
+    from grader.rubric import load_rubric
+
+    roster = tmp_path / "roster"
+    submission(roster, "a9-alice", "sleep=6")
+    submission(roster, "a9-bob")
+    log, out = tmp_path / "grades.log", tmp_path / "out"
+    done: dict[str, object] = {}
+    runner = threading.Thread(target=lambda: done.update(rows=batch(roster, out, log, cluster=cluster)))
+    runner.start()
+    first = _wait_for_grade(log, "a9-alice")
+    worker = _parent(first)
+    os.kill(worker, signal.SIGKILL)  # the worker process, mid-grade: as a node lost or a job preempted
+    runner.join(timeout=120)
+
+    rows = {r.student: r for r in done["rows"]}  # type: ignore[attr-defined]
+    assert rows["alice"].status == "graded" and rows["bob"].status == "graded"
+    assert invocations(log).count("a9-alice") == 2  # graded again, once
+    assert not Path(f"/proc/{first}").exists() or _zombie(first)  # the lost grade died with its worker
+    assert (out / "students" / "alice" / "results.json").is_file()
+    assert rescore(out / "students" / "alice" / "graded", load_rubric()).score == rows["alice"].total
+
+
+@pytest.mark.slow
+def test_a_grade_that_keeps_killing_its_worker_is_a_grader_error_after_bounded_losses(tmp_path, cluster):
+    from grader.batch.cluster import MAX_LOSSES
+
+    roster = tmp_path / "roster"
+    submission(roster, "a9-alice")
+    submission(roster, "a9-mallory", "kill-worker")
+    log = tmp_path / "grades.log"
+    rows = {r.student: r for r in batch(roster, tmp_path / "out", log, cluster=cluster)}
+    assert rows["alice"].status == "graded"
+    assert rows["mallory"].status == "grader_error"
+    assert f"lost {MAX_LOSSES + 1} times" in rows["mallory"].message
+    assert invocations(log).count("a9-mallory") == MAX_LOSSES + 1
+
+
+def test_a_worker_that_cannot_import_torch_stops_the_batch_with_that_message(tmp_path):
+    from grader.errors import UserError
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "torch.py").write_text("raise ImportError('no torch on this node')\n")
+    roster = tmp_path / "roster"
+    for name in ("a9-alice", "a9-bob", "a9-carol"):
+        submission(roster, name)
+    log = tmp_path / "grades.log"
+    with (
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, dashboard_address=":0", env={"PYTHONPATH": str(broken)}
+        ) as unfit,
+        pytest.raises(UserError) as stopped,
+    ):
+        batch(roster, tmp_path / "out", log, cluster=unfit.scheduler_address)
+    message = str(stopped.value)
+    assert message.count("cannot `import torch, grader`") == 1 and "no torch on this node" in message
+    assert invocations(log) == []  # nobody was graded, nobody got an error row
+    assert not list((tmp_path / "out" / "students").glob("*/batch-outcome.json"))
+
+
+def _wait_for_grade(log: Path, name: str, timeout: float = 60) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in log.read_text().splitlines() if log.exists() else []:
+            if line.split()[0] == name:
+                return int(line.split()[1])
+        time.sleep(0.1)
+    raise AssertionError(f"{name} was never graded")
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[1])
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.slow
+def test_the_real_grader_on_a_local_cluster_grades_hostile_and_honest_work_as_the_local_path(tmp_path):
+    """Real gradings: the reference, a hostile entry that signals its parents, one whose import never
+    finishes and one that cannot be imported; results equal (the timings and sandbox path aside)."""
+    import shutil
+
+    from grader.batch import run_batch
+
+    corpus = Path(__file__).parent / "corpus" / "hostile"
+    trees = {
+        "reference": Path(__file__).resolve().parents[1] / "reference" / "a9",
+        "kill_parents": corpus / "kill_parents",
+        "import_never_finishes": corpus / "import_never_finishes",
+        "syntax_error": corpus / "syntax_error",
+    }
+    roster = tmp_path / "roster"
+    for name, tree in trees.items():
+        shutil.copytree(tree, roster / name, ignore=shutil.ignore_patterns("__pycache__", "expected.json"))
+    local = run_batch(roster, tmp_path / "local", jobs=2, progress=StringIO())
+    on_dask = run_batch(roster, tmp_path / "dask", cluster="local:2", progress=StringIO())
+
+    assert [(r.student, r.status, r.total) for r in on_dask] == [(r.student, r.status, r.total) for r in local]
+    assert {r.status for r in local} == {"graded"}, [r.message for r in local]
+    assert (tmp_path / "dask" / "gradebook.csv").read_bytes() == (tmp_path / "local" / "gradebook.csv").read_bytes()
+    for name in trees:
+        assert _timeless(tmp_path / "dask", name) == _timeless(tmp_path / "local", name), name
+
+
+def _timeless(out: Path, student: str) -> dict:
+    """A student's results.json but for what depends on the machine's speed: the seconds its stages
+    took, trace timestamps, and the measured time budgets quoted in hang messages and feedback."""
+    result = json.loads((out / "students" / student / "results.json").read_text())
+    for timed in ("timings", "trace"):
+        result.pop(timed)
+    result["cases"] = [(case["id"], case["verdict"]) for case in result["cases"]]
+    for task in result["tasks"]:
+        task["items"] = [(item["id"], item["score"], item["status"]) for item in task["items"]]
+    return result
+
+
+@pytest.mark.parametrize(
+    ("spec", "parsed"),
+    [
+        ("local", ("local", 2, "")),
+        ("local:3", ("local", 3, "")),
+        ("tcp://10.0.0.5:8786", ("scheduler", 2, "tcp://10.0.0.5:8786")),
+        ("dask://sched:8786", ("scheduler", 2, "tcp://sched:8786")),
+        ("slurm", ("slurm", 2, "")),
+    ],
+)
+def test_the_cluster_forms(spec, parsed):
+    from grader.batch.cluster import parse_cluster
+
+    found = parse_cluster(spec)
+    assert (found.kind, found.workers, found.address) == parsed
+
+
+def test_a_wrong_cluster_form_or_a_cluster_option_alone_is_a_clear_error(tmp_path, capsys):
+    from grader import cli
+
+    roster = tmp_path / "roster"
+    submission(roster, "a9-alice")
+    out = str(tmp_path / "out")
+    for argv, message in [
+        (["--cluster", "local:0"], "local:N takes a positive number"),
+        (["--cluster", "pbs"], "expected local[:N], tcp://HOST:PORT"),
+        (["--send-submissions"], "go with --cluster"),
+    ]:
+        assert cli.main(["batch", str(roster), "--out", out, *argv]) == 1
+        assert message in capsys.readouterr().err
