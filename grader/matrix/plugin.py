@@ -113,7 +113,7 @@ class MatrixSession:
             try:
                 run = self._run(case, prepared)
             except GroupStartError as exc:  # before any student code ran: the grader's failure
-                self.start_failures[case.world_size] = exc.reason
+                self.start_failures[case.processes] = exc.reason
                 decision = verdicts.Decision(Verdict.ERROR, f"the grader could not start the ranks: {exc.reason}")
             else:
                 decision = verdicts.decide(case, prepared, run, self._allowed(case))
@@ -137,9 +137,10 @@ class MatrixSession:
     def _precheck(self, module: str) -> Decision | None:
         from grader.matrix.verdicts import Decision
 
-        file = self.pack.file_of(module)
-        if file not in self.config.present:
-            return Decision(Verdict.MISSING, f"{file.split('/')[-1]} is missing from the submission")
+        files = self.pack.files_of(module)
+        if not set(files) & set(self.config.present):
+            names = " or ".join(file.split("/")[-1] for file in files)
+            return Decision(Verdict.MISSING, f"{names} is missing from the submission")
         if module in self.import_failures:
             verdict, message = self.import_failures[module]
             return Decision(verdict, message)
@@ -166,16 +167,17 @@ class MatrixSession:
     def _run(self, case: Case, prepared: Prepared) -> Any:
         from grader.runtimes.torchdist.launcher import GroupStartError, RankGroup
 
-        group = self.groups.get(case.world_size)
-        if case.world_size in self.start_failures:  # once is enough: a grader fault does not heal
-            raise GroupStartError(self.start_failures[case.world_size])
+        size = case.processes
+        group = self.groups.get(size)
+        if size in self.start_failures:  # once is enough: a grader fault does not heal
+            raise GroupStartError(self.start_failures[size])
         if group is None or not group.alive:
-            group = RankGroup(case.world_size, self.sandbox, self.limits, self.zygote, self.sandboxing, self.student)
+            group = RankGroup(size, self.sandbox, self.limits, self.zygote, self.sandboxing, self.student)
             group.start()
-            self.groups[case.world_size] = group
+            self.groups[size] = group
             self.layers.update(group.layers)
-            if case.world_size not in self.calibration:
-                self.calibration[case.world_size] = self._calibrate(group)
+            if size not in self.calibration:
+                self.calibration[size] = self._calibrate(group)
         params = case.params
         trusted = self._trusted(case)
         if trusted:  # one defect is charged once: the grader's own versions stand in for failed functions
@@ -187,7 +189,7 @@ class MatrixSession:
             "keep_events": bool(case.params.get("keep_events")),
             "broken": {module: message for module, (_, message) in self.import_failures.items()},
         }
-        budget = case_budget(self.limits, self.calibration.get(case.world_size), prepared.tensor_bytes)
+        budget = case_budget(self.limits, self.calibration.get(size), prepared.tensor_bytes)
         return group.run_case(header, prepared.inputs, budget)
 
     def _calibrate(self, group: Any) -> float | None:

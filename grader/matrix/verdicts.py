@@ -77,8 +77,9 @@ def decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str]
         if verdict is Verdict.CRASH and _memory_kill(run):
             verdict = Verdict.MEMORY
         return Decision(verdict, _failure_message(verdict, failures, run), trace, _details(run))
+    judged = prepared.judge([rep.tensors for rep in run.ranks]) if prepared.judge else None
     for rep, expected in zip(run.ranks, prepared.expected, strict=True):
-        problem = compare(rep.tensors, expected, prepared.tolerance)
+        problem = compare(rep.tensors, expected, prepared.tolerance) if judged is None else judged
         if problem:
             hint = case.params.get("nan_hint")
             if hint and any(t.is_floating_point() and bool(t.isnan().any()) for t in rep.tensors.values()):
@@ -188,6 +189,9 @@ def _num(t: torch.Tensor) -> str:
 
 def _failure_message(verdict: Verdict, failures: list[tuple[RankReport, Verdict]], run: CaseRun) -> str:
     if verdict is Verdict.HANG:
+        said = [rep.message for rep, v in failures if v is Verdict.HANG and rep.replied and rep.message]
+        if said:  # a threads-runtime rank: its harness named where each of its threads is stuck
+            return "; ".join(said)
         waits = [_blocked(rep) for rep, v in failures if v is Verdict.HANG]
         kind = "likely deadlock" if run.hang == "deadlock" else f"timed out after {run.seconds:.1f} s"
         return f"{kind}: " + "; ".join(waits)

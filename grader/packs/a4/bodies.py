@@ -25,6 +25,8 @@ import torch.nn as nn
 import torch.optim as optim
 from torch.distributed import ReduceOp
 
+from grader.handin import script
+
 SCRIPT = "assignment4.py"
 GLOBAL_BATCH, INPUT_DIM, OUTPUT_DIM = 128, 64, 32
 Tensors = dict[str, torch.Tensor]
@@ -83,7 +85,6 @@ def _init_distributed() -> tuple[int, int, int]:
 def definitions(student: Any, poison: bool = False) -> dict[str, Any]:
     """The script's definitions, executed in a namespace of the grader's helpers and globals."""
     path = Path(student.sandbox) / SCRIPT
-    tree = ast.parse(path.read_bytes(), str(path))
     rank, world_size = dist.get_rank(), dist.get_world_size()
     given = {
         "torch": torch,
@@ -105,13 +106,9 @@ def definitions(student: Any, poison: bool = False) -> dict[str, Any]:
         "seed": 42,
     }
     namespace: dict[str, Any] = {"__name__": "assignment4", "__file__": str(path), **given}
-    for node in tree.body:
-        kept = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) or (
-            isinstance(node, ast.Import | ast.ImportFrom)
-            and not (isinstance(node, ast.ImportFrom) and node.module == "utils")
-        )
-        if kept:
-            exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)
+    script.read(path).execute(
+        namespace, keep=lambda node: not (isinstance(node, ast.ImportFrom) and node.module == "utils")
+    )
     namespace.update(given)  # the grader's helpers and globals win over anything the script defines
     return namespace
 

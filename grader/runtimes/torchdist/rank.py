@@ -206,6 +206,8 @@ def classify(exc: BaseException, sandbox: str) -> tuple[str, str]:
         return "memory", "memory limit exceeded" + student_frames(exc, sandbox)
     if type(exc).__name__ == "BadReturn":
         return "bad_return", text
+    if type(exc).__name__ == "StuckThreads":  # the threads runtime's harness: its student threads hung
+        return "hang", text
     if isinstance(exc, SystemExit):
         return "exception", f"the code called sys.exit({exc.code!r})" + student_frames(exc, sandbox)
     return "exception", f"{type(exc).__name__}: {text[:500]}" + student_frames(exc, sandbox)
@@ -372,6 +374,7 @@ def _run_case(frame: wire.Frame, student: Student, rank_guard: guard.Guard, setu
         if name not in sys.modules:
             student.errors.setdefault(str(name), str(reason)[:2000])
     tensors: dict[str, torch.Tensor] = {}
+    threads = _thread._count()
     try:
         if head.get("module"):  # the session names the student module the case needs
             student.module(str(head["module"]))
@@ -383,6 +386,8 @@ def _run_case(frame: wire.Frame, student: Student, rank_guard: guard.Guard, setu
     trace = rank_guard.trace
     header: dict[str, Any] = {"status": status, "message": str.__str__(message)[:4000], "trace": trace.summary()}
     header["events"] = trace.events
+    if _thread._count() > threads:  # Python cannot stop a thread: one left running ends this rank
+        header["ends"] = True
     try:
         return wire.encode(header, tensors)
     except (wire.WireError, TypeError, ValueError, RuntimeError) as exc:
