@@ -60,7 +60,7 @@ def test_a_cell_with_a_syntax_error_is_reported_with_line_and_caret_and_the_rest
     assert found.named("ok")
     (problem,) = found.unparsable
     assert problem.startswith("hw12.ipynb, cell 2 line 1:") and "def broken(:" in problem and "^" in problem
-    with pytest.raises(NotImplementedError, match="could not be read: hw12.ipynb, cell 2 line 1"):
+    with pytest.raises(NotImplementedError, match=r"could not be read: hw12\.ipynb, cell 2 line 1"):
         found.named("broken")
 
 
@@ -68,13 +68,16 @@ def test_a_missing_definition_suggests_a_rename(tmp_path: Path) -> None:
     found = notebook.read(
         write_notebook(tmp_path / "hw12.ipynb", "def split_batches(x, rank, world_size):\n    return x")
     )
-    with pytest.raises(NotImplementedError, match="defines no split_batch.*did you rename it to split_batches"):
+    with pytest.raises(NotImplementedError, match=r"defines no split_batch.*did you rename it to split_batches"):
         found.named("split_batch")
 
 
 @pytest.mark.parametrize("marker", ["# In[3]:", "# In[ ]:", "# %%"])
 def test_a_notebook_exported_as_a_script_is_split_into_the_same_cells(tmp_path: Path, marker: str) -> None:
-    text = f"#!/usr/bin/env python\n{marker}\n\nget_ipython().system('pip install x')\ndef f():\n    return 1\n\n{marker}\n\ndef f():\n    return 2\n"
+    text = (
+        f"#!/usr/bin/env python\n{marker}\n\nget_ipython().system('pip install x')\n"
+        f"def f():\n    return 1\n\n{marker}\n\ndef f():\n    return 2\n"
+    )
     (tmp_path / "hw12.py").write_text(text)
     found = notebook.read(tmp_path / "hw12.py")
     space: dict[str, object] = {}
