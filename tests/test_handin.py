@@ -88,7 +88,7 @@ def test_a_notebook_exported_as_a_script_is_split_into_the_same_cells(tmp_path: 
 
 def test_a_file_that_is_no_notebook_says_so(tmp_path: Path) -> None:
     (tmp_path / "hw12.ipynb").write_text('{"cells": [')
-    with pytest.raises(notebook.NotebookError, match="hw12.ipynb is not a readable notebook"):
+    with pytest.raises(notebook.NotebookError, match=r"hw12\.ipynb is not a readable notebook"):
         notebook.read(tmp_path / "hw12.ipynb")
 
 
