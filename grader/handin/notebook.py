@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import nbformat  # at import: the zygote preloads it for every rank of a notebook pack
+
 from grader.handin import PART, Chunk, Extraction, extract
 
 _MARKER = re.compile(r"^# (?:In\[[ 0-9]*\]:|%%)")
@@ -38,8 +40,6 @@ def read(path: Path) -> Extraction:
 
 
 def _cells_of_json(text: str, name: str) -> list[str]:
-    import nbformat  # imported here: only a rank reading a notebook needs it (the zygote preloads it)
-
     try:
         notebook = nbformat.reads(text, as_version=4)
     except Exception as exc:  # nbformat raises JSON, validation and version errors of many types

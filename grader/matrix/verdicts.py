@@ -84,7 +84,8 @@ def decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str]
             hint = case.params.get("nan_hint")
             if hint and any(t.is_floating_point() and bool(t.isnan().any()) for t in rep.tensors.values()):
                 problem += f" ({hint})"
-            return Decision(Verdict.WRONG, f"rank {rep.rank}: {problem}", trace, _details(run))
+            who = f"rank {rep.rank}: " if case.processes == case.world_size else ""  # else the names say which thread
+            return Decision(Verdict.WRONG, who + problem, trace, _details(run))
     required = case.params.get("must_use")
     if required and case.world_size > 1 and not all(required in rep.claims.student_functions for rep in run.ranks):
         return Decision(

@@ -14,7 +14,7 @@ import hashlib
 import torch
 
 from grader.pack import Case, Prepared
-from grader.packs.hw12 import given, trusted
+from grader.packs.hw12 import given, names, trusted
 
 Tensors = dict[str, torch.Tensor]
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}  # sums in another order, a few float32 SGD steps
@@ -49,22 +49,25 @@ def _tensor(gen: torch.Generator, dtype: str, shape: list[int]) -> torch.Tensor:
 
 
 def _context(case: Case, gen: torch.Generator) -> Prepared:
-    p, ws = case.params, case.world_size
+    p, ws, runs = case.params, case.world_size, case.params["rounds"]
     sent: Tensors = {"seed": _order_seed(case)}
     want: Tensors = {}
-    for r in range(p["rounds"]):
+    for r in range(runs):
         for k, op in enumerate(p["ops"]):
             xs = [_tensor(gen, p["dtype"], p["shape"]) for _ in range(ws)]
             for t in range(ws):
-                sent[f"r{r}.t{t}.k{k}"] = xs[t]
+                name = names.call(t, k, op, r, runs)
+                sent[name] = xs[t]
                 if op == "all_gather":
-                    want.update({f"r{r}.t{t}.k{k}.{j}": xs[j] for j in range(ws)})
+                    want.update({names.item(name, j): xs[j] for j in range(ws)})
+                    want[names.length(name)] = torch.tensor(ws)
                 else:
                     total = torch.stack([x.double() for x in xs]).sum(0)
-                    want[f"r{r}.t{t}.k{k}"] = (total / ws if op == "mean" else total).to(xs[0].dtype)
+                    want[name] = (total / ws if op == "mean" else total).to(xs[0].dtype)
     if case.kind == "context_mixed":
-        want["buffers"] = torch.zeros(2, dtype=torch.int64)  # both buffers emptied, as the given code does
-    return Prepared([sent], [want], sent["r0.t0.k0"].numel() * sent["r0.t0.k0"].element_size(), TOLERANCE)
+        want["entries left in the buffers"] = torch.zeros(2, dtype=torch.int64)  # the given code empties both
+    first = sent[names.call(0, 0, p["ops"][0], 0, runs)]
+    return Prepared([sent], [want], first.numel() * first.element_size(), TOLERANCE)
 
 
 def _split(case: Case, gen: torch.Generator) -> Prepared:

@@ -29,7 +29,7 @@ from typing import Any
 DEADLOCK_S = 1.5  # unchanged lines and no CPU for this long: a deadlock
 POLL_S = 0.05
 JOIN_S = 0.2
-STAGGER_S = 0.01  # between two threads' starts, in the seeded arrival order
+STAGGER_S = 0.015  # between two threads' starts, in the seeded arrival order
 
 
 class StuckThreads(Exception):
@@ -42,22 +42,30 @@ def run(work: list[Callable[[], Any]], *, seed: int, timeout_s: float, sandbox: 
     results: list[Any] = [None] * len(work)
     errors: list[tuple[int, BaseException]] = []
     done = [False] * len(work)
+    finished = threading.Event()  # every thread done (or one raised): no polling delay on the way out
 
-    def body(i: int, delay: float) -> None:
-        time.sleep(delay)
+    order = arrival_order(len(work), seed)
+    began = [threading.Event() for _ in work]  # in arrival order: a thread begins STAGGER_S after the one before
+
+    def body(i: int, pos: int) -> None:
+        if pos:
+            began[pos - 1].wait()
+            time.sleep(STAGGER_S)
+        began[pos].set()
         try:
             results[i] = work[i]()
         except BaseException as exc:  # the student's: re-raised on the case's thread below
             errors.append((i, exc))
         finally:
             done[i] = True
+            if all(done) or errors:
+                finished.set()
 
-    order = arrival_order(len(work), seed)
-    threads = [threading.Thread(target=body, args=(i, pos * STAGGER_S), daemon=True) for pos, i in enumerate(order)]
+    threads = [threading.Thread(target=body, args=(i, pos), daemon=True) for pos, i in enumerate(order)]
     for t in threads:
         t.start()
     names = {t.ident: f"thread {i}" for i, t in zip(order, threads, strict=True)}
-    _wait(before, done, errors, timeout_s, sandbox, names)
+    _wait(before, finished, done, errors, timeout_s, sandbox, names)
     if errors:
         raise errors[0][1]
     for t in threading.enumerate():
@@ -78,6 +86,7 @@ def arrival_order(n: int, seed: int) -> list[int]:
 
 def _wait(
     before: set[threading.Thread],
+    finished: threading.Event,
     done: list[bool],
     errors: list[Any],
     timeout_s: float,
@@ -88,7 +97,8 @@ def _wait(
     still: tuple[Any, ...] = ()
     since, cpu_since = start, time.process_time()
     while not all(done):
-        time.sleep(POLL_S)
+        finished.wait(POLL_S)
+        finished.clear()
         now = time.monotonic()
         alive = [t for t in threading.enumerate() if t not in before and t.is_alive()]  # theirs too
         if errors and all(_blocked(t) for t in alive):
