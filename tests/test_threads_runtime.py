@@ -104,3 +104,32 @@ def test_a_thread_left_running_after_the_case_is_a_hang() -> None:
             harness.run([leaves_a_thread], seed=5, timeout_s=30, sandbox=HERE)
     finally:
         stop.set()
+
+
+def test_an_exception_a_thread_pool_keeps_in_a_future_is_still_the_students() -> None:
+    """The handout's driver runs each rank in a thread pool: a rank that raises leaves its exception
+    in a future nobody reads while the other ranks wait for it at a barrier."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    barrier = threading.Barrier(2)
+    failures: list[BaseException] = []
+
+    def rank(r: int) -> None:
+        try:
+            if r == 1:
+                raise ValueError("rank 1's layer")
+            barrier.wait()
+        except ValueError as exc:
+            failures.append(exc)
+            raise
+
+    def driver() -> None:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for future in [pool.submit(rank, r) for r in range(2)]:
+                future.result()
+
+    try:
+        with pytest.raises(ValueError, match="rank 1's layer"):
+            harness.run([driver], seed=6, timeout_s=30, sandbox=HERE, failures=failures)
+    finally:
+        barrier.abort()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import difflib
 import linecache
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,13 +72,13 @@ class Extraction:
         found = [s for s in self.statements if isinstance(s.node, DEFINITION) and s.name == name]
         return found[-1] if found else None
 
-    def named(self, name: str) -> Statement:
+    def named(self, name: str, given: Collection[str] = ()) -> Statement:
         """The definition of ``name`` or a NotImplementedError saying it is missing (renamed? in a
-        chunk that did not parse?)."""
+        chunk that did not parse?).  ``given`` are the handout's own names: never a rename's candidates."""
         found = self.definition(name)
         if found is not None:
             return found
-        defined = sorted({s.name for s in self.statements if isinstance(s.node, DEFINITION)})
+        defined = sorted({s.name for s in self.statements if isinstance(s.node, DEFINITION)} - set(given))
         close = difflib.get_close_matches(name, defined, n=1)
         hint = f"; did you rename it to {close[0]}?" if close else ""
         if self.unparsable:

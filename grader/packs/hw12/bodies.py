@@ -86,7 +86,7 @@ def namespace(student: Any) -> tuple[dict[str, Any], Extraction]:
 
 def named(student: Any, name: str) -> tuple[Any, dict[str, Any]]:
     space, found = namespace(student)
-    found.named(name)  # NotImplementedError when it is missing, renamed or in a cell that did not parse
+    found.named(name, GIVEN)  # NotImplementedError when it is missing, renamed or in a cell that did not parse
     return space[name], space
 
 
@@ -216,15 +216,17 @@ def _layer(name: str, backward: bool) -> Callable[[Any, dict[str, Any], Tensors]
 def _tp_training(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
     space, found = namespace(student)
     for name in ("ColumnParallelLinear", "RowParallelLinear"):
-        found.named(name)
+        found.named(name, GIVEN)
     context = trusted.DistributedContext
     if not params.get("trusted"):  # the session names Part 1's functions here once one failed
-        found.named("DistributedContext")
+        found.named("DistributedContext", GIVEN)
         context = space["DistributedContext"]
     base = given.SimpleMLP(*params["model"])
     with torch.no_grad():
         base.lin1.weight.copy_(t["w1"])
         base.lin2.weight.copy_(t["w2"])
+
+    failures: list[BaseException] = []
 
     def train() -> tuple[list[float], list[Any]]:
         with torch.enable_grad():
@@ -234,12 +236,15 @@ def _tp_training(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
                 t["y"],
                 params["epochs"],
                 base,
+                failures,
                 DistributedContext=context,
                 ColumnParallelLinear=space["ColumnParallelLinear"],
                 RowParallelLinear=space["RowParallelLinear"],
             )
 
-    ((losses, models),) = harness.run([train], seed=0, timeout_s=params["thread_timeout_s"], sandbox=student.sandbox)
+    ((losses, models),) = harness.run(
+        [train], seed=0, timeout_s=params["thread_timeout_s"], sandbox=student.sandbox, failures=failures
+    )
     out: Tensors = {"losses": torch.tensor([_float(v, "tp_step") for v in losses], dtype=torch.float64)}
     for r, model in enumerate(models):
         out[f"lin1.r{r}"] = _tensor(model.lin1.weight, "ColumnParallelLinear.weight").clone()

@@ -173,10 +173,18 @@ def bound(**names: Any) -> dict[str, Any]:
 
 
 def train_tensor_parallel(
-    world_size: int, x: torch.Tensor, y: torch.Tensor, epochs: int, base_model: nn.Module, **classes: Any
+    world_size: int,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    epochs: int,
+    base_model: nn.Module,
+    failures: list[BaseException] | None = None,
+    **classes: Any,
 ) -> tuple[list[float], list[Any]]:
     """The handout's Part 3.3 run (``run_tp_process`` with ``tp_step`` and ``{'lin1': 'column', 'lin2':
-    'row'}``) with the given classes; its losses and every rank's model, in rank order."""
+    'row'}``) with the given classes; its losses and every rank's model, in rank order.  A step's
+    exception is also added to ``failures``: the driver's thread pool keeps it in a future that it
+    never reads while the other ranks wait for the failed one at a barrier."""
     namespace = bound(**classes)
     models: list[Any] = []  # SimpleMLP copies whose lin1 and lin2 are the tensor-parallel layers
     replace = namespace["replace_to_tp_simple_mlp"]
@@ -187,13 +195,23 @@ def train_tensor_parallel(
         return model
 
     namespace["replace_to_tp_simple_mlp"] = recording
+    tp_step = namespace["tp_step"]
+
+    def step(*args: Any) -> Any:
+        try:
+            return tp_step(*args)
+        except BaseException as exc:
+            if failures is not None:
+                failures.append(exc)
+            raise
+
     losses: list[float] = namespace["run_tp_process"](
         world_size=world_size,
         x=x,
         y=y,
         epoch=epochs,
         base_model=base_model,
-        step=namespace["tp_step"],
+        step=step,
         dist_context=namespace["DistributedContext"],
         tp_dict={"lin1": "column", "lin2": "row"},
     )

@@ -36,11 +36,20 @@ class StuckThreads(Exception):
     """Threads that never finished: the rank reports ``hang`` with this message."""
 
 
-def run(work: list[Callable[[], Any]], *, seed: int, timeout_s: float, sandbox: str) -> list[Any]:
-    """Run each of ``work`` on its own thread (thread i runs ``work[i]``); their results in order."""
+def run(
+    work: list[Callable[[], Any]],
+    *,
+    seed: int,
+    timeout_s: float,
+    sandbox: str,
+    failures: list[BaseException] | None = None,
+) -> list[Any]:
+    """Run each of ``work`` on its own thread (thread i runs ``work[i]``); their results in order.
+    ``failures`` collects exceptions of threads the work starts itself (a thread pool's), which count
+    as the threads' own."""
     before = set(threading.enumerate())
     results: list[Any] = [None] * len(work)
-    errors: list[tuple[int, BaseException]] = []
+    errors: list[BaseException] = [] if failures is None else failures
     done = [False] * len(work)
     finished = threading.Event()  # every thread done (or one raised): no polling delay on the way out
 
@@ -55,7 +64,8 @@ def run(work: list[Callable[[], Any]], *, seed: int, timeout_s: float, sandbox: 
         try:
             results[i] = work[i]()
         except BaseException as exc:  # the student's: re-raised on the case's thread below
-            errors.append((i, exc))
+            if exc not in errors:
+                errors.append(exc)
         finally:
             done[i] = True
             if all(done) or errors:
@@ -67,7 +77,7 @@ def run(work: list[Callable[[], Any]], *, seed: int, timeout_s: float, sandbox: 
     names = {t.ident: f"thread {i}" for i, t in zip(order, threads, strict=True)}
     _wait(before, finished, done, errors, timeout_s, sandbox, names)
     if errors:
-        raise errors[0][1]
+        raise errors[0]
     for t in threading.enumerate():
         if t not in before:
             t.join(timeout=JOIN_S)  # ours are past their work; a student's may be about to end
@@ -122,8 +132,8 @@ def _blocked(thread: threading.Thread) -> bool:
 
 
 def _where(thread: threading.Thread, sandbox: str) -> str:
-    """The innermost line of student code the thread is at, and in what, e.g. ``hw12.ipynb, cell 3:27
-    in all_gather (waiting in Barrier.wait)``."""
+    """Where the thread is: ``at hw12.ipynb, cell 3:27 in all_gather (waiting in wait)``, its innermost
+    line of student code."""
     frame = sys._current_frames().get(thread.ident or -1)
     waiting = ""
     if frame is not None and frame.f_code.co_filename == threading.__file__:
@@ -134,9 +144,9 @@ def _where(thread: threading.Thread, sandbox: str) -> str:
     while frame is not None and not frame.f_code.co_filename.startswith(sandbox):
         frame = frame.f_back
     if frame is None:
-        return "outside the student's code" + waiting
-    return f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} in {frame.f_code.co_name}{waiting}"
+        return "is outside the student's code" + waiting
+    return f"at {frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} in {frame.f_code.co_name}{waiting}"
 
 
 def _where_all(threads: list[threading.Thread], sandbox: str, names: dict[int | None, str]) -> str:
-    return "; ".join(f"{names.get(t.ident, t.name)} at {_where(t, sandbox)}" for t in threads)
+    return "; ".join(f"{names.get(t.ident, t.name)} {_where(t, sandbox)}" for t in threads)
