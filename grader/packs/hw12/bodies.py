@@ -136,6 +136,8 @@ def _context(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
         )
         for got in results:
             out.update({k: v.clone() for k, v in got.items()})
+        if params.get("check_inputs"):
+            out.update({names.input_after(k): v.clone() for k, v in t.items() if k != "seed"})
     if runs > 1:  # the context was reused: the given code empties both buffers after each call
         left = [_size(context, "all_gather_buffer"), _size(context, "all_reduce_buffer")]
         out["entries left in the buffers"] = torch.tensor(left)
@@ -256,6 +258,7 @@ BODIES = {
     "all_gather": _context,
     "all_reduce": _context,
     "context_mixed": _context,
+    "inputs_untouched": _context,
     "split_batch": _split_batch,
     "dp_step": _dp_step,
     "column_forward": _layer("ColumnParallelLinear", backward=False),

@@ -19,6 +19,7 @@ FUNCTION_OF = {
     "all_gather": "DistributedContext.all_gather",
     "all_reduce": "DistributedContext.all_reduce",
     "context_mixed": "DistributedContext",
+    "inputs_untouched": "DistributedContext (inputs)",  # advisory: its failure never calls in a stand-in
     "split_batch": "split_batch",
     "dp_step": "dp_step",
     "column_forward": "ColumnParallelLinear",
@@ -74,6 +75,10 @@ def all_cases() -> list[Case]:
                 )
         params = _one_process(ws, ops=list(MIXED_OPS), dtype="float32", shape=[4, 3], rounds=MIXED_ROUNDS)
         cases.append(Case("test_part1_reuse_and_groups", f"ws{ws}", ws, "context_mixed", params))
+        params = _one_process(
+            ws, ops=["all_gather", "sum", "mean"], dtype="float32", shape=[3, 2], rounds=1, check_inputs=True
+        )
+        cases.append(Case("test_part1_inputs_untouched", f"ws{ws}", ws, "inputs_untouched", params))
         for batch in sorted({4 * ws, 4 * ws + 1, 5 * ws - 1} - {0}):
             cases.append(
                 Case("test_part2_split_batch", f"ws{ws}-b{batch}", ws, "split_batch", _one_process(ws, batch=batch))

@@ -31,7 +31,7 @@ def _order_seed(case: Case) -> torch.Tensor:
 
 def prepare(case: Case, salt: str) -> Prepared:
     gen = _generator(case, salt)
-    if case.kind in ("all_gather", "all_reduce", "context_mixed"):
+    if case.kind in ("all_gather", "all_reduce", "context_mixed", "inputs_untouched"):
         return _context(case, gen)
     if case.kind == "split_batch":
         return _split(case, gen)
@@ -58,6 +58,9 @@ def _context(case: Case, gen: torch.Generator) -> Prepared:
             for t in range(ws):
                 name = names.call(t, k, op, r, runs)
                 sent[name] = xs[t]
+                if case.kind == "inputs_untouched":  # advisory: each thread's tensor as it was sent
+                    want[names.input_after(name)] = xs[t].clone()
+                    continue
                 if op == "all_gather":
                     want.update({names.item(name, j): xs[j] for j in range(ws)})
                     want[names.length(name)] = torch.tensor(ws)

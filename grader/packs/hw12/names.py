@@ -19,3 +19,8 @@ def item(name: str, j: int) -> str:
 
 def length(name: str) -> str:
     return f"{name}, length of the list"
+
+
+def input_after(name: str) -> str:
+    """The tensor a thread passed to a call, as it is after every thread's call returned."""
+    return f"{name}, its input after the call"

@@ -50,3 +50,7 @@ def test_part3_2_row_backward(case, check):
 
 def test_part3_3_tp_training(case, check):
     check(case)
+
+
+def test_part1_inputs_untouched(case, check):
+    check(case)
