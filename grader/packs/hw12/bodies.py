@@ -270,7 +270,9 @@ BODIES = {
 
 
 def _warm_up() -> None:
-    """The first optimizer step and the first thread pool import what every rank would (see A4's)."""
+    """The first optimizer step and the first thread pool import what every rank would (see A4's), and
+    nbformat builds its validator: once in the zygote, not once per forked rank."""
+    notebook.warm_up()
     model = given.SimpleMLP(2, 2, 1)
     given.reference_step(model, torch.optim.SGD(model.parameters(), lr=given.LR), torch.zeros(1, 2), torch.zeros(1, 1))
 
