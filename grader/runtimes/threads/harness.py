@@ -1,9 +1,9 @@
 """Rank side: a case's student threads inside one rank process.
 
-Threads start in a seeded random order, never rank order (rank 0 last but one, say), a few
-milliseconds apart, so the order they reach a lock or barrier in varies from case to case but
-never between two gradings of one submission, and code that relies on arrival order shows.  The harness then
-waits for them:
+Threads start in a seeded random order, never rank order (rank 0 last but one, say), each once the
+one before it waits in its collective or is done (at most a few milliseconds apart), so the order
+they reach a lock or barrier in varies from case to case but never between two gradings of one
+submission, and code that relies on arrival order shows.  The harness then waits for them:
 
 - every thread finished: their results, in thread order;
 - a thread raised: that exception, re-raised on the case's thread with the student's line (a
@@ -29,7 +29,8 @@ from typing import Any
 DEADLOCK_S = 1.5  # unchanged lines and no CPU for this long: a deadlock
 POLL_S = 0.05
 JOIN_S = 0.2
-STAGGER_S = 0.015  # between two threads' starts, in the seeded arrival order
+STAGGER_S = 0.015  # at most between two threads' starts, in the seeded arrival order (see _settle)
+SETTLE_POLL_S = 0.0005
 
 
 class StuckThreads(Exception):
@@ -54,14 +55,16 @@ def run(
     finished = threading.Event()  # every thread done (or one raised): no polling delay on the way out
 
     order = arrival_order(len(work), seed)
-    began = [threading.Event() for _ in work]  # in arrival order: a thread begins STAGGER_S after the one before
+    began = [threading.Event() for _ in work]  # in arrival order: a thread begins once the one before settled
+    entered = [threading.Event() for _ in work]  # in arrival order: the thread is in its work
 
     def body(i: int, pos: int) -> None:
         if pos:
             began[pos - 1].wait()
-            time.sleep(STAGGER_S)
+            _settle(threads[pos - 1], lambda: done[order[pos - 1]], entered[pos - 1])
         began[pos].set()
         try:
+            entered[pos].set()
             results[i] = work[i]()
         except BaseException as exc:  # the student's: re-raised on the case's thread below
             if exc not in errors:
@@ -85,6 +88,20 @@ def run(
     if left:  # started by the student and never joined: it would run into the next case
         raise StuckThreads("a thread was left running after the case: " + _where_all(left, sandbox, names))
     return results
+
+
+def _settle(before: threading.Thread, finished: Callable[[], bool], entered: threading.Event) -> None:
+    """Until the thread that began before this one is done or waits in ``threading`` (a barrier, a
+    condition: it has reached its collective) on two polls in a row, and at most ``STAGGER_S``: it
+    reaches the shared buffer first, as a fixed ``STAGGER_S`` apart would have made it, without
+    waiting the rest of ``STAGGER_S`` when it got there sooner."""
+    deadline = time.monotonic() + STAGGER_S
+    waits = 0
+    while time.monotonic() < deadline and not finished():
+        waits = waits + 1 if entered.is_set() and _blocked(before) else 0
+        if waits == 2:
+            return
+        time.sleep(SETTLE_POLL_S)
 
 
 def arrival_order(n: int, seed: int) -> list[int]:
