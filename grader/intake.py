@@ -423,11 +423,21 @@ def _copy_all(
         if found is not None and (digest := _copy_one(root, found, dest / sandbox_name, budget)) is not None:
             copied[sandbox_name] = _Copied(digest, name, found)
     present = {c.rubric_name for c in copied.values()}
-    for alternatives in [(name,) for name in student_files] + list(deliverables):
+    for alternatives in _formats(student_files) + list(deliverables):
         if not present.intersection(alternatives):
             budget.note(f"{' or '.join(alternatives)} is missing")
     _lock_down(dest)
     return copied
+
+
+def _formats(student_files: list[str]) -> list[tuple[str, ...]]:
+    """Student files that differ only in their suffix are one hand-in in either format (HW12's
+    ``hw12.ipynb`` or its export ``hw12.py``): one of them is enough."""
+    groups: dict[PurePosixPath, tuple[str, ...]] = {}
+    for name in student_files:
+        stem = PurePosixPath(name).with_suffix("")
+        groups[stem] = (*groups.get(stem, ()), name)
+    return list(groups.values())
 
 
 def _copy_one(root: Path, relpath: str, target: Path, budget: _Budget) -> str | None:

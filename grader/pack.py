@@ -61,7 +61,9 @@ class Case:
     ``must_communicate`` (at world size > 1, ranks that agree without a point-to-point message bypassed
     send/recv), ``must_use`` (a student function every rank must exchange data through, and the only
     one data may reach a rank through: anything received otherwise is NaN, and a NaN result is
-    ``not_parallel``) and ``nan_hint`` (said when a wrong output holds NaN).
+    ``not_parallel``), ``nan_hint`` (said when a wrong output holds NaN) and ``processes`` (how many
+    rank processes run it, when fewer than ``world_size``: the threads runtime runs a world of N
+    threads in one process).
     """
 
     test: str  # the pytest function of the pack's test file, e.g. "test_allreduce"
@@ -86,6 +88,11 @@ class Case:
         """The JUnit testcase name pytest writes, which rubric patterns match: ``test[id]``."""
         return f"{self.test}[{self.id}]"
 
+    @property
+    def processes(self) -> int:
+        """How many rank processes run this case (``params["processes"]``, else one per rank)."""
+        return int(self.params.get("processes", self.world_size))
+
     def seed(self, salt: str) -> int:
         """The 32-bit seed of this case's inputs under a grading's salt: the same case and salt always
         give the same inputs, and no rank can derive them without the salt.
@@ -107,6 +114,9 @@ class Prepared:
     expected: list[dict[str, Any]]  # per rank: name -> tensor
     tensor_bytes: int = 0  # one rank's main input: the unit trace metrics and time budgets are judged in
     tolerance: dict[str, float] = field(default_factory=dict)  # rtol/atol for floating outputs
+    #: for a contract with more than one right answer: the problem with the ranks' outputs ("" when
+    #: right), decided in the session instead of comparing with ``expected``
+    judge: Callable[[list[dict[str, Any]]], str] | None = None
 
 
 class Refused(Exception):
@@ -171,6 +181,9 @@ class AssignmentPack:
     runtime: str = "torchdist"
     diagram: Diagram | None = None
     handoffs: Mapping[str, Handoff] = field(default_factory=dict)  # kind -> its two steps (see Handoff)
+    #: student module -> the submission files that may hold it, first preferred (HW12's notebook, or
+    #: the same notebook exported as a script); by default the module's path (``file_of``)
+    files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     search_path: tuple[str, ...] = ()  # where a pack found by module path was imported from
 
     def case_ids(self) -> list[str]:
@@ -190,7 +203,11 @@ class AssignmentPack:
 
     def file_of(self, module: str) -> str:
         """The submission path of a student module: ``src.collectives`` -> ``src/collectives.py``."""
-        return module.replace(".", "/") + ".py"
+        return self.files_of(module)[0]
+
+    def files_of(self, module: str) -> tuple[str, ...]:
+        """Every submission path that may hold a student module, first preferred."""
+        return tuple(self.files.get(module, ())) or (module.replace(".", "/") + ".py",)
 
 
 @functools.lru_cache(maxsize=16)

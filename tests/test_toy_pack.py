@@ -78,5 +78,6 @@ def test_a_pack_whose_runtime_this_grader_lacks_is_refused_with_a_message() -> N
     from grader.errors import UserError
 
     runtimes.require("torchdist", "toy")
-    with pytest.raises(UserError, match="runs on the 'threads' runtime; this grader has: torchdist"):
-        runtimes.require("threads", "homework")
+    runtimes.require("threads", "homework")
+    with pytest.raises(UserError, match="runs on the 'mpi' runtime; this grader has: threads, torchdist"):
+        runtimes.require("mpi", "homework")

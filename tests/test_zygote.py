@@ -19,6 +19,7 @@ BODIES = load_pack("a9").bodies
 #: The only grader modules a rank process may hold: the rank runtime and the pack's rank-side bodies.
 RANK_RUNTIME = {
     "grader",
+    "grader.handin",  # the hand-in readers' shared piece: the policy keys a notebook cell's code by its notebook
     "grader.runtimes",
     "grader.runtimes.torchdist",
     "grader.runtimes.torchdist.guard",

@@ -79,7 +79,7 @@ class MatrixSession:
         self.sandboxing: Sandboxing | None = None
         self.pool: portable.WorkerPool | None = None
         if self.mode.portable:
-            capacity = portable.pool_capacity(max(case.world_size for case in self.pack.cases()))
+            capacity = portable.pool_capacity(max(case.processes for case in self.pack.cases()))
             self.pool = portable.WorkerPool(
                 capacity, self.sandbox, self.pack.bodies, self.pack.search_path, self.student
             )
@@ -172,9 +172,10 @@ class MatrixSession:
     def _precheck(self, module: str) -> Decision | None:
         from grader.matrix.verdicts import Decision
 
-        file = self.pack.file_of(module)
-        if file not in self.config.present:
-            return Decision(Verdict.MISSING, f"{file.split('/')[-1]} is missing from the submission")
+        files = self.pack.files_of(module)
+        if not set(files) & set(self.config.present):
+            names = " or ".join(file.split("/")[-1] for file in files)
+            return Decision(Verdict.MISSING, f"{names} is missing from the submission")
         if module in self.import_failures:
             verdict, message = self.import_failures[module]
             return Decision(verdict, message)
@@ -219,8 +220,8 @@ class MatrixSession:
         }
         handoff = self.pack.handoffs.get(case.kind)
         for attempt in range(1, MEASURE_RUNS + 1):
-            group = self._group(self.groups, case.world_size)
-            budget = case_budget(self.limits, self.calibration.get(case.world_size), prepared.tensor_bytes)
+            group = self._group(self.groups, case.processes)
+            budget = case_budget(self.limits, self.calibration.get(case.processes), prepared.tensor_bytes)
             if handoff is None:
                 run = group.run_case(header, prepared.inputs, budget)
             else:
@@ -230,7 +231,7 @@ class MatrixSession:
                     run = first  # the verdict is the first step's: its failure, or its traffic
                 else:
                     inputs = handoff.carry(case, prepared.inputs, [rep.tensors for rep in first.ranks])
-                    run = self._group(self.fresh_groups, case.world_size).run_case(header, inputs, budget)
+                    run = self._group(self.fresh_groups, case.processes).run_case(header, inputs, budget)
             run.runs = attempt
             self.student_code_ran = True
             if run.traffic is None or not run.traffic.lost or run.hang:  # a hang is decided without the wire

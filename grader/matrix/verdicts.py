@@ -86,16 +86,18 @@ def _decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str
         if verdict is Verdict.HANG and (run.memory_pressure or run.memory_kills):
             return Decision(Verdict.MEMORY, _memory_before_time(run), trace, _details(run))
         return Decision(verdict, _failure_message(verdict, failures, run), trace, _details(run))
+    judged = prepared.judge([rep.tensors for rep in run.ranks]) if prepared.judge else None
     for rep, expected in zip(run.ranks, prepared.expected, strict=True):
-        problem = compare(rep.tensors, expected, prepared.tolerance)
+        problem = compare(rep.tensors, expected, prepared.tolerance) if judged is None else judged
         if problem:
             hint = case.params.get("nan_hint")
             nan = any(t.is_floating_point() and bool(t.isnan().any()) for t in rep.tensors.values())
             if hint and nan:
                 problem += f" ({hint})"
+            who = f"rank {rep.rank}: " if case.processes == case.world_size else ""  # else the names say which thread
             if nan and case.params.get("must_use") and case.world_size > 1:  # data came around the exchange
-                return Decision(Verdict.NOT_PARALLEL, f"rank {rep.rank}: {problem}", trace, _details(run))
-            return Decision(Verdict.WRONG, f"rank {rep.rank}: {problem}", trace, _details(run))
+                return Decision(Verdict.NOT_PARALLEL, who + problem, trace, _details(run))
+            return Decision(Verdict.WRONG, who + problem, trace, _details(run))
     required = case.params.get("must_use")
     if required and case.world_size > 1 and not all(required in rep.claims.student_functions for rep in run.ranks):
         return Decision(
@@ -217,6 +219,9 @@ def _num(t: torch.Tensor) -> str:
 
 def _failure_message(verdict: Verdict, failures: list[tuple[RankReport, Verdict]], run: CaseRun) -> str:
     if verdict is Verdict.HANG:
+        said = [rep.message for rep, v in failures if v is Verdict.HANG and rep.replied and rep.message]
+        if said:  # a threads-runtime rank: its harness named where each of its threads is stuck
+            return "; ".join(said)
         waits = [_blocked(rep) for rep, v in failures if v is Verdict.HANG]
         kind = "likely deadlock" if run.hang == "deadlock" else f"timed out after {run.seconds:.1f} s"
         return f"{kind}: " + "; ".join(waits)

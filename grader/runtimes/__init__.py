@@ -4,9 +4,9 @@ A runtime is the layer of the grader that knows how an assignment's student code
 it calls to exchange data, how that is analysed before it runs and guarded, traced and measured
 while it runs.  The engine around it (intake, rubric, scoring, rendering, the CLI) is the same for
 every assignment, and a pack names the runtime it needs (``AssignmentPack.runtime``).
-``torchdist`` is torch.distributed on Gloo, in sandboxed rank processes; a thread-simulated
-``DistributedContext`` (the course's homework) would be a ``threads`` runtime beside it, with its
-own launcher and guard behind the same matrix session.
+``torchdist`` is torch.distributed on Gloo, in sandboxed rank processes; ``threads`` is a
+thread-simulated ``DistributedContext`` (HW12): a case's threads in one sandboxed process, or its
+ranks in processes of their own behind a trusted context, on torchdist's process machinery.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 ISOLATION_MODES = ("auto", "full", "portable")
 
 #: The runtimes this grader has.
-AVAILABLE = frozenset({"torchdist"})
+AVAILABLE = frozenset({"torchdist", "threads"})
 
 
 def require(runtime: str, pack: str) -> None:

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 #: Modules whose code counts as the grader's inside a rank.
-RUNTIME_PREFIXES = ("grader.sandbox", "grader.packs", "grader.runtimes")
+RUNTIME_PREFIXES = ("grader.sandbox", "grader.packs", "grader.runtimes", "grader.handin")
 FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_code"})
 REFUSED = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames"})
 CODE_EVENTS = frozenset({"code.__new__", "function.__new__", "marshal.loads", "marshal.load"})

@@ -30,6 +30,7 @@ import torch.nn as nn
 import torch.optim as optim
 from torch.distributed import ReduceOp
 
+from grader.handin import script
 from grader.packs.a4.handout import GLOBAL_BATCH, HANDOUT_SEED, INPUT_DIM, OUTPUT_DIM
 
 SCRIPT = "assignment4.py"
@@ -91,7 +92,6 @@ def _init_distributed() -> tuple[int, int, int]:
 def definitions(student: Any, served: Tensors | None = None) -> dict[str, Any]:
     """The script's definitions, executed in a namespace of the grader's helpers and globals."""
     path = Path(student.sandbox) / SCRIPT
-    tree = ast.parse(path.read_bytes(), str(path))
     rank, world_size = dist.get_rank(), dist.get_world_size()
     given = {
         "torch": torch,
@@ -113,13 +113,9 @@ def definitions(student: Any, served: Tensors | None = None) -> dict[str, Any]:
         "seed": HANDOUT_SEED,
     }
     namespace: dict[str, Any] = {"__name__": "assignment4", "__file__": str(path), **given}
-    for node in tree.body:
-        kept = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) or (
-            isinstance(node, ast.Import | ast.ImportFrom)
-            and not (isinstance(node, ast.ImportFrom) and node.module == "utils")
-        )
-        if kept:
-            exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)
+    script.read(path).execute(
+        namespace, keep=lambda node: not (isinstance(node, ast.ImportFrom) and node.module == "utils")
+    )
     namespace.update(given)  # the grader's helpers and globals win over anything the script defines
     return namespace
 

@@ -40,6 +40,9 @@ def _spawned_rank(rank: int, world_size: int, port: int, sandbox: str, bodies: s
     class Student:
         stand_ins: dict[Any, str] = {}  # noqa: RUF012 - nothing stands in for the student here
 
+        def __init__(self) -> None:
+            self.sandbox = sandbox  # where a pack that reads its hand-in (A4, HW12) finds it
+
         def module(self, name: str) -> Any:
             return importlib.import_module(name)
 
@@ -62,18 +65,21 @@ def run_spawn(pack: AssignmentPack, cases: list[Case], sandbox: Path) -> float:
         for i, case in enumerate(cases):
             path = f"{tmp}/inputs{i}.pt"
             torch.save(pack.prepare(case, SALT).inputs, path)
-            args = (case.world_size, _free_port(), str(sandbox), pack.bodies, case, path)
-            mp.spawn(_spawned_rank, args=args, nprocs=case.world_size, join=True)
+            args = (case.processes, _free_port(), str(sandbox), pack.bodies, case, path)
+            mp.spawn(_spawned_rank, args=args, nprocs=case.processes, join=True)
     return time.monotonic() - t0
 
 
-def run_ours(pack: AssignmentPack, cases: list[Case], sandbox: Path, policy: dict[str, list[str]]) -> tuple[float, int]:
+def run_ours(
+    pack: AssignmentPack, cases: list[Case], sandbox: Path, policy: dict[str, list[str]], limits: Limits
+) -> tuple[float, int]:
     from grader.matrix import verdicts
+    from grader.runtimes.torchdist.policy import Policy
 
     passed = 0
     groups: dict[int, RankGroup] = {}
-    isolation = {"sandbox": str(sandbox), **{k: getattr(Limits(), k) for k in ("memory_mb", "nproc", "cpu_s")}}
-    isolation |= {"file_size_mb": Limits().file_size_mb, "allow_read": [str(p) for p in default_allow_read()]}
+    isolation = {"sandbox": str(sandbox), **{k: getattr(limits, k) for k in ("memory_mb", "nproc", "cpu_s")}}
+    isolation |= {"file_size_mb": limits.file_size_mb, "allow_read": [str(p) for p in default_allow_read()]}
     isolation["hide"] = [str(p) for p in default_hide()]
     student = student_config(pack, policy)
     zygote = Zygote(pack.bodies, pack.search_path)
@@ -82,15 +88,17 @@ def run_ours(pack: AssignmentPack, cases: list[Case], sandbox: Path, policy: dic
     t0 = time.monotonic()
     try:
         for case in cases:
-            group = groups.get(case.world_size)
+            group = groups.get(case.processes)
             if group is None or not group.alive:
-                group = RankGroup(case.world_size, sandbox, Limits(), zygote, sandboxing, student)
-                groups[case.world_size] = group
+                group = RankGroup(case.processes, sandbox, limits, zygote, sandboxing, student)
+                groups[case.processes] = group
                 group.start()
             prepared = pack.prepare(case, SALT)
             header = {"kind": case.kind, "module": pack.module_to_import(case.kind), "params": case.params}
-            run = group.run_case(header, prepared.inputs, 10.0)
-            passed += verdicts.decide(case, prepared, run).verdict.value == "pass"
+            run = group.run_case(header, prepared.inputs, limits.case_timeout_s)
+            file = pack.file_of(pack.module_of[case.kind])
+            allowed = Policy.from_dict(policy).for_function(file, pack.function_of[case.kind]).allowed
+            passed += verdicts.decide(case, prepared, run, allowed).verdict.value == "pass"
     finally:
         for group in groups.values():
             if group.alive:
@@ -102,7 +110,9 @@ def run_ours(pack: AssignmentPack, cases: list[Case], sandbox: Path, policy: dic
 
 def main(args: argparse.Namespace) -> int:
     """``grader bench SUBMISSION``: the submission taken in as a grading takes it, then the same
-    world-size-4 cases of its pack (spread over the kinds whose module it has) under both launchers."""
+    world-size-4 cases of its pack (spread over the kinds whose module it has) under both launchers,
+    with the rubric's limits.  A case runs in as many processes as it has (``Case.processes``: HW12's
+    thread cases in one)."""
     from grader import intake
     from grader.errors import UserError
     from grader.rubric import load_rubric
@@ -116,15 +126,14 @@ def main(args: argparse.Namespace) -> int:
             c
             for c in pack.cases()
             if c.world_size == 4
-            and pack.file_of(pack.module_of[c.kind]) in present
-            and "large" not in c.id
+            and set(pack.files_of(pack.module_of[c.kind])) & present
             and not c.params.get("keep_events")
         ]
         if not pool:
             raise UserError(f"{args.submission}: none of the pack's world-size-4 cases can run on it")
         cases = pool[:: max(1, len(pool) // args.cases)][: args.cases]
         spawn_s = run_spawn(pack, cases, taken.sandbox)
-        ours_s, passed = run_ours(pack, cases, taken.sandbox, rubric.policy.to_dict())
+        ours_s, passed = run_ours(pack, cases, taken.sandbox, rubric.policy.to_dict(), rubric.limits)
     n = len(cases)
     print(f"{'launcher':<28}{'cases':>6}{'seconds':>10}{'s/case':>10}")
     print(f"{'spawn per case + TCP port':<28}{n:>6}{spawn_s:>10.2f}{spawn_s / n:>10.3f}")

@@ -70,6 +70,7 @@ class RankReport:
     blocked_in: str = ""  # the status slot's text when the case was stopped
     stack: str = ""  # faulthandler dump, student frames first
     cpu_percent: int | None = None  # of one CPU, over the case, for a rank that never replied (from /proc)
+    ends: bool = False  # it replied, but left a thread running: the group ends with the case
 
 
 @dataclass
@@ -485,7 +486,7 @@ class RankGroup:
                             reply = replies.parse(got[0].header, n)
                             ready[r] = reply
                             reports[r] = RankReport(
-                                r, reply.status, reply.message, got[0].tensors, reply.claims, replied=True
+                                r, reply.status, reply.message, got[0].tensors, reply.claims, True, ends=reply.ends
                             )
                         elif not data:
                             reports[r] = self._death(r)
@@ -635,7 +636,12 @@ def clean(run: CaseRun) -> bool:
     """May the group run another case?  Only if every rank replied, none broke or left a thread of its
     own running, every message recorded pairs up, and the wire shows exactly what the records say
     (nothing left in flight)."""
-    if run.hang or run.memory_kills or run.threads_left or any(rep.status not in REUSABLE for rep in run.ranks):
+    if (
+        run.hang
+        or run.memory_kills
+        or run.threads_left
+        or any(rep.status not in REUSABLE or rep.ends for rep in run.ranks)
+    ):
         return False
     sent: dict[tuple[int, int], int] = {}
     received: dict[tuple[int, int], int] = {}

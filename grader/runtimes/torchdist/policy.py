@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from grader.handin import hand_in_file
+
 #: ``torch.distributed`` module-level collectives (also reachable through ``distributed_c10d``).
 COLLECTIVES: frozenset[str] = frozenset(
     {
@@ -109,6 +111,7 @@ class Policy:
     functions: dict[str, FunctionPolicy] = field(default_factory=dict)
 
     def for_function(self, file: str, function: str | None) -> FunctionPolicy:
+        file = hand_in_file(file)  # a notebook's cell is its notebook's
         if function is not None and f"{file}::{function}" in self.functions:
             return self.functions[f"{file}::{function}"]
         return self.functions.get(file, FunctionPolicy())

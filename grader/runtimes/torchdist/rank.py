@@ -207,6 +207,8 @@ def classify(exc: BaseException, sandbox: str) -> tuple[str, str]:
         return "memory", "memory limit exceeded" + student_frames(exc, sandbox)
     if type(exc).__name__ == "BadReturn":
         return "bad_return", text
+    if type(exc).__name__ == "StuckThreads":  # the threads runtime's harness: its student threads hung
+        return "hang", text
     if isinstance(exc, SystemExit):
         return "exception", f"the code called sys.exit({exc.code!r})" + student_frames(exc, sandbox)
     return "exception", f"{type(exc).__name__}: {text[:500]}" + student_frames(exc, sandbox)
@@ -376,6 +378,7 @@ def _run_case(frame: wire.Frame, student: Student, rank_guard: guard.Guard, setu
     nodes, per_node = head.get("layout") or (1, setup.world_size)
     os.environ.update(torchrun_env(setup.rank, int(nodes), int(per_node)))  # before the import: it may read them
     tensors: dict[str, torch.Tensor] = {}
+    threads = _thread._count()
     try:
         if head.get("module"):  # the session names the student module the case needs
             student.module(str(head["module"]))
@@ -387,6 +390,8 @@ def _run_case(frame: wire.Frame, student: Student, rank_guard: guard.Guard, setu
     trace = rank_guard.trace
     header: dict[str, Any] = {"status": status, "message": str.__str__(message)[:4000], "trace": trace.summary()}
     header["events"] = trace.events
+    if _thread._count() > threads:  # Python cannot stop a thread: one left running ends this rank
+        header["ends"] = True
     try:
         return wire.encode(header, tensors)
     except (wire.WireError, TypeError, ValueError, RuntimeError) as exc:

@@ -15,7 +15,10 @@ from typing import Any
 from grader.sandbox.wire import WireError
 
 #: Statuses a case reply may carry: all of them the student's own outcome, none a grader error.
-CASE_STATUSES = frozenset({"ok", "not_implemented", "forbidden", "import_error", "bad_return", "exception", "memory"})
+#: "hang" is a threads-runtime rank naming its own stuck threads (``grader.runtimes.threads.harness``).
+CASE_STATUSES = frozenset(
+    {"ok", "not_implemented", "forbidden", "import_error", "bad_return", "exception", "memory", "hang"}
+)
 P2P_OPS = frozenset({"send", "recv", "isend", "irecv"})
 MAX_INT = 1 << 53
 MAX_EVENTS = 20_000
@@ -46,6 +49,7 @@ class Reply:
     claims: Claims = field(default_factory=Claims)
     layers: dict[str, str] = field(default_factory=dict)  # ready frames only
     connections: tuple[tuple[int, int], ...] = ()  # ready frames only
+    ends: bool = False  # the rank left a thread running: it cannot serve another case
 
 
 def parse(header: dict[str, Any], world_size: int) -> Reply:
@@ -61,7 +65,11 @@ def parse(header: dict[str, Any], world_size: int) -> Reply:
     if status not in CASE_STATUSES:
         raise WireError(f"unknown status {status[:40]!r}")
     message = _text(header.get("message", ""), "message")
-    return Reply(str(status), message, _claims(header.get("trace", {}), header.get("events", []), world_size))
+    ends = header.get("ends", False)
+    if not isinstance(ends, bool):
+        raise WireError("ends is not a boolean")
+    claims = _claims(header.get("trace", {}), header.get("events", []), world_size)
+    return Reply(str(status), message, claims, ends=ends)
 
 
 def _claims(trace: Any, events: Any, world_size: int) -> Claims:

@@ -1,0 +1,80 @@
+"""The ``notebook`` reader: a Jupyter/Colab notebook, or the same notebook exported as ``.py``.
+
+The notebook is read as it is and never run top to bottom: its code cells in document order, each
+a chunk ("hw12.ipynb, cell 7", counted among code cells from 1, as the student sees them when
+scrolling).  Execution counts and saved outputs are ignored: they are data a student can edit,
+never evidence of what ran, so a definition repeated across cells is taken from the last cell, as a
+fresh "Restart and run all" would.  IPython's magics are not Python: a line starting with ``%`` or
+``!`` is blanked (its line number kept), and a cell starting with a cell magic (``%%``) is skipped.
+An exported notebook (``jupyter nbconvert --to script``, Colab's "Download .py", VS Code) is split
+at its ``# In[ ]:`` or ``# %%`` markers into the same cells; its ``get_ipython()`` lines are blanked.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import nbformat  # at import: the zygote preloads it for every rank of a notebook pack
+
+from grader.handin import PART, Chunk, Extraction, extract
+
+_MARKER = re.compile(r"^# (?:In\[[ 0-9]*\]:|%%)")
+_MAGIC = re.compile(r"^\s*(?:[%!]|get_ipython\(\))")
+
+
+class NotebookError(ValueError):
+    """The file is neither a notebook nor a script: the message says what is wrong with it."""
+
+
+def read(path: Path) -> Extraction:
+    """The definitions and imports of the notebook (or exported script) at ``path``.  A rank reads the
+    same hand-in for each of its cases: the last read is kept and reused while the file's bytes are the
+    same (parsing its cells is most of a small case's time; the result is read only)."""
+    data = path.read_bytes()
+    if _last and _last[0] == (str(path), data):
+        return _last[1]
+    found = _read(path, data.decode("utf-8", "replace"))
+    _last[:] = [(str(path), data), found]
+    return found
+
+
+def warm_up() -> None:
+    """The first notebook nbformat reads builds its schema validator (about 0.1 s): a zygote calls this
+    once, so the ranks it forks never pay it."""
+    _cells_of_json('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}', "warm-up")
+
+
+_last: list[Any] = []  # [(path, bytes), Extraction] of the last read
+
+
+def _read(path: Path, text: str) -> Extraction:
+    cells = _cells_of_json(text, path.name) if text.lstrip().startswith("{") else _cells_of_script(text)
+    chunks = [
+        Chunk(_without_magics(source), f"{path.name}{PART}cell {n}", f"{path}{PART}cell {n}")
+        for n, source in enumerate(cells, start=1)
+        if not source.lstrip().startswith("%%")
+    ]
+    return extract(chunks, path.name)
+
+
+def _cells_of_json(text: str, name: str) -> list[str]:
+    try:
+        notebook = nbformat.reads(text, as_version=4)
+    except Exception as exc:  # nbformat raises JSON, validation and version errors of many types
+        raise NotebookError(f"{name} is not a readable notebook: {str(exc)[:300]}") from None
+    return [str(cell.get("source", "")) for cell in notebook.get("cells", []) if cell.get("cell_type") == "code"]
+
+
+def _cells_of_script(text: str) -> list[str]:
+    cells: list[list[str]] = [[]]
+    for line in text.splitlines(keepends=True):
+        if _MARKER.match(line):
+            cells.append([])
+        cells[-1].append(line)  # the marker line stays (a comment): line numbers match the file's cell
+    return ["".join(lines) for lines in cells if "".join(lines).strip()]
+
+
+def _without_magics(source: str) -> str:
+    return "".join("\n" if _MAGIC.match(line) else line for line in source.splitlines(keepends=True))

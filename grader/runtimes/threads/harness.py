@@ -1,0 +1,169 @@
+"""Rank side: a case's student threads inside one rank process.
+
+Threads start in a seeded random order, never rank order (rank 0 last but one, say), each once the
+one before it waits in its collective or is done (at most a few milliseconds apart), so the order
+they reach a lock or barrier in varies from case to case but never between two gradings of one
+submission, and code that relies on arrival order shows.  The harness then waits for them:
+
+- every thread finished: their results, in thread order;
+- a thread raised: that exception, re-raised on the case's thread with the student's line (a
+  ``BrokenBarrierError`` included), so it is the student's ``crash``;
+- the unfinished threads sit on the same lines using no CPU for ``DEADLOCK_S`` (a barrier nobody
+  else reaches, a lock never released), or the case's time runs out: :class:`StuckThreads`, whose
+  message names each stuck thread's line, and which the rank reports as ``hang``.
+
+Python cannot stop a thread, so a thread still running when the case ends (stuck, or started by the
+student and never joined) leaves the process unusable: the rank says so in its reply and the
+session ends the process with the case (``grader.runtimes.torchdist.rank``).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+DEADLOCK_S = 1.5  # unchanged lines and no CPU for this long: a deadlock
+POLL_S = 0.05
+JOIN_S = 0.2
+STAGGER_S = 0.015  # at most between two threads' starts, in the seeded arrival order (see _settle)
+SETTLE_POLL_S = 0.0005
+
+
+class StuckThreads(Exception):
+    """Threads that never finished: the rank reports ``hang`` with this message."""
+
+
+def run(
+    work: list[Callable[[], Any]],
+    *,
+    seed: int,
+    timeout_s: float,
+    sandbox: str,
+    failures: list[BaseException] | None = None,
+) -> list[Any]:
+    """Run each of ``work`` on its own thread (thread i runs ``work[i]``); their results in order.
+    ``failures`` collects exceptions of threads the work starts itself (a thread pool's), which count
+    as the threads' own."""
+    before = set(threading.enumerate())
+    results: list[Any] = [None] * len(work)
+    errors: list[BaseException] = [] if failures is None else failures
+    done = [False] * len(work)
+    finished = threading.Event()  # every thread done (or one raised): no polling delay on the way out
+
+    order = arrival_order(len(work), seed)
+    began = [threading.Event() for _ in work]  # in arrival order: a thread begins once the one before settled
+    entered = [threading.Event() for _ in work]  # in arrival order: the thread is in its work
+
+    def body(i: int, pos: int) -> None:
+        if pos:
+            began[pos - 1].wait()
+            _settle(threads[pos - 1], lambda: done[order[pos - 1]], entered[pos - 1])
+        began[pos].set()
+        try:
+            entered[pos].set()
+            results[i] = work[i]()
+        except BaseException as exc:  # the student's: re-raised on the case's thread below
+            if exc not in errors:
+                errors.append(exc)
+        finally:
+            done[i] = True
+            if all(done) or errors:
+                finished.set()
+
+    threads = [threading.Thread(target=body, args=(i, pos), daemon=True) for pos, i in enumerate(order)]
+    for t in threads:
+        t.start()
+    names = {t.ident: f"thread {i}" for i, t in zip(order, threads, strict=True)}
+    _wait(before, finished, done, errors, timeout_s, sandbox, names)
+    if errors:
+        raise errors[0]
+    for t in threading.enumerate():
+        if t not in before:
+            t.join(timeout=JOIN_S)  # ours are past their work; a student's may be about to end
+    left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    if left:  # started by the student and never joined: it would run into the next case
+        raise StuckThreads("a thread was left running after the case: " + _where_all(left, sandbox, names))
+    return results
+
+
+def _settle(before: threading.Thread, finished: Callable[[], bool], entered: threading.Event) -> None:
+    """Until the thread that began before this one is done or waits in ``threading`` (a barrier, a
+    condition: it has reached its collective) on two polls in a row, and at most ``STAGGER_S``: it
+    reaches the shared buffer first, as a fixed ``STAGGER_S`` apart would have made it, without
+    waiting the rest of ``STAGGER_S`` when it got there sooner."""
+    deadline = time.monotonic() + STAGGER_S
+    waits = 0
+    while time.monotonic() < deadline and not finished():
+        waits = waits + 1 if entered.is_set() and _blocked(before) else 0
+        if waits == 2:
+            return
+        time.sleep(SETTLE_POLL_S)
+
+
+def arrival_order(n: int, seed: int) -> list[int]:
+    """A seeded permutation of ``range(n)`` that is not the identity (for n > 1)."""
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    return order[::-1] if order == sorted(order) else order
+
+
+def _wait(
+    before: set[threading.Thread],
+    finished: threading.Event,
+    done: list[bool],
+    errors: list[Any],
+    timeout_s: float,
+    sandbox: str,
+    names: dict[int | None, str],
+) -> None:
+    start = time.monotonic()
+    still: tuple[Any, ...] = ()
+    since, cpu_since = start, time.process_time()
+    while not all(done):
+        finished.wait(POLL_S)
+        finished.clear()
+        now = time.monotonic()
+        alive = [t for t in threading.enumerate() if t not in before and t.is_alive()]  # theirs too
+        if errors and all(_blocked(t) for t in alive):
+            return  # a thread raised and the rest wait for it: the exception is the cause
+        lines = tuple(_where(t, sandbox) for t in alive)
+        if lines != still:
+            still, since, cpu_since = lines, now, time.process_time()
+        elif now - since > DEADLOCK_S and time.process_time() - cpu_since < 0.1 * (now - since):
+            if errors:
+                return
+            raise StuckThreads("deadlock, the threads wait for each other: " + _where_all(alive, sandbox, names))
+        if now - start > timeout_s:
+            if errors:
+                return
+            raise StuckThreads(f"timed out after {timeout_s:.0f} s: " + _where_all(alive, sandbox, names))
+
+
+def _blocked(thread: threading.Thread) -> bool:
+    frame = sys._current_frames().get(thread.ident or -1)
+    return frame is not None and frame.f_code.co_filename == threading.__file__
+
+
+def _where(thread: threading.Thread, sandbox: str) -> str:
+    """Where the thread is: ``at hw12.ipynb, cell 3:27 in all_gather (waiting in wait)``, its innermost
+    line of student code."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    waiting = ""
+    if frame is not None and frame.f_code.co_filename == threading.__file__:
+        inner = frame
+        while inner.f_back is not None and inner.f_back.f_code.co_filename == threading.__file__:
+            inner = inner.f_back
+        waiting = f" (waiting in {inner.f_code.co_name})"
+    while frame is not None and not frame.f_code.co_filename.startswith(sandbox):
+        frame = frame.f_back
+    if frame is None:
+        return "is outside the student's code" + waiting
+    return f"at {frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} in {frame.f_code.co_name}{waiting}"
+
+
+def _where_all(threads: list[threading.Thread], sandbox: str, names: dict[int | None, str]) -> str:
+    return "; ".join(f"{names.get(t.ident, t.name)} {_where(t, sandbox)}" for t in threads)

@@ -1,0 +1,135 @@
+"""The threads runtime's harness: a case's student threads in one process, a seeded arrival order,
+and a clear verdict for each way they can fail to finish (run here in-process, this file standing
+for the student's code; the sandboxed end-to-end runs are HW12's fidelity corpus)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.runtimes.threads import harness
+
+HERE = str(Path(__file__).parent)
+
+
+def test_results_come_back_in_thread_order_whatever_the_arrival_order() -> None:
+    arrived: list[int] = []
+    lock = threading.Lock()
+
+    def work(i: int) -> int:
+        with lock:
+            arrived.append(i)
+        return i * i
+
+    results = harness.run([lambda i=i: work(i) for i in range(6)], seed=7, timeout_s=10, sandbox=HERE)
+    assert results == [0, 1, 4, 9, 16, 25]
+    assert arrived == harness.arrival_order(6, 7) != sorted(arrived)  # staggered in the seeded order
+
+
+def test_the_arrival_order_is_seeded_and_never_rank_order() -> None:
+    assert harness.arrival_order(5, 3) == harness.arrival_order(5, 3)
+    assert all(harness.arrival_order(n, seed) != list(range(n)) for n in range(2, 9) for seed in range(50))
+    assert harness.arrival_order(1, 0) == [0]
+
+
+def test_a_lock_never_released_is_a_hang_within_seconds_naming_each_threads_line() -> None:
+    lock = threading.Lock()
+
+    def work() -> None:
+        with lock:
+            lock.acquire()  # the second acquire of a plain Lock never returns  # stuck here
+
+    start = time.monotonic()
+    try:
+        with pytest.raises(harness.StuckThreads) as info:
+            harness.run([work, work], seed=1, timeout_s=30, sandbox=HERE)
+        assert time.monotonic() - start < harness.DEADLOCK_S + 3
+        message = str(info.value)
+        assert message.startswith("deadlock") and "thread 0 at" in message and "thread 1 at" in message
+        assert "test_threads_runtime.py:" in message and "in work" in message
+    finally:
+        lock.release()  # free the threads this test left stuck
+
+
+def test_a_barrier_nobody_else_reaches_is_a_hang_that_says_it_waits_in_the_barrier() -> None:
+    barrier = threading.Barrier(3)  # only two threads come
+
+    def waits() -> None:
+        barrier.wait()
+
+    try:
+        with pytest.raises(harness.StuckThreads, match=r"in waits \(waiting in wait\)"):
+            harness.run([waits, waits], seed=2, timeout_s=30, sandbox=HERE)
+    finally:
+        barrier.abort()
+
+
+def test_a_broken_barrier_is_the_students_exception() -> None:
+    barrier = threading.Barrier(2)
+
+    def impatient() -> None:
+        barrier.wait(timeout=0.01)
+
+    with pytest.raises(threading.BrokenBarrierError):
+        harness.run([impatient, lambda: time.sleep(0.5)], seed=3, timeout_s=30, sandbox=HERE)
+
+
+def test_an_exception_in_one_thread_wins_over_the_threads_left_waiting_for_it() -> None:
+    barrier = threading.Barrier(2)
+
+    def waits() -> None:
+        barrier.wait()
+
+    def fails() -> None:
+        raise KeyError("gather0")
+
+    try:
+        with pytest.raises(KeyError, match="gather0"):
+            harness.run([waits, fails], seed=4, timeout_s=30, sandbox=HERE)
+    finally:
+        barrier.abort()
+
+
+def test_a_thread_left_running_after_the_case_is_a_hang() -> None:
+    stop = threading.Event()
+
+    def leaves_a_thread() -> None:
+        threading.Thread(target=stop.wait, daemon=True).start()
+
+    try:
+        with pytest.raises(harness.StuckThreads, match="left running after the case"):
+            harness.run([leaves_a_thread], seed=5, timeout_s=30, sandbox=HERE)
+    finally:
+        stop.set()
+
+
+def test_an_exception_a_thread_pool_keeps_in_a_future_is_still_the_students() -> None:
+    """The handout's driver runs each rank in a thread pool: a rank that raises leaves its exception
+    in a future nobody reads while the other ranks wait for it at a barrier."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    barrier = threading.Barrier(2)
+    failures: list[BaseException] = []
+
+    def rank(r: int) -> None:
+        try:
+            if r == 1:
+                raise ValueError("rank 1's layer")
+            barrier.wait()
+        except ValueError as exc:
+            failures.append(exc)
+            raise
+
+    def driver() -> None:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for future in [pool.submit(rank, r) for r in range(2)]:
+                future.result()
+
+    try:
+        with pytest.raises(ValueError, match="rank 1's layer"):
+            harness.run([driver], seed=6, timeout_s=30, sandbox=HERE, failures=failures)
+    finally:
+        barrier.abort()
