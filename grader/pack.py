@@ -112,6 +112,19 @@ class AssignmentPack:
     imports: bool = True
     runtime: str = "torchdist"
     diagram: Diagram | None = None
+    #: student module -> its path in the submission when it is not ``module.py`` (a report: ``report.md``)
+    module_files: Mapping[str, str] = field(default_factory=dict)
+    #: session side, after a case passed the engine's checks: ``judge(case, prepared, replies, messages)``
+    #: with every rank's reply tensors and the point-to-point messages measured on the wire in the order
+    #: they crossed it (``(src, dst, bytes)``; None when the traffic was not measured).  Returns None, or
+    #: (verdict value, message) for what only the assignment knows to check (a pipeline schedule's order)
+    judge: (
+        Callable[[Case, Prepared, list[dict[str, Any]], list[tuple[int, int, int]] | None], tuple[str, str] | None]
+        | None
+    ) = None
+    #: session side: notes for the student about how the hand-in was read (where each snippet of a report
+    #: was placed), from the submission's files and never by running them; scoring adds them to the result
+    feedback: Callable[[Path], list[str]] | None = None
     search_path: tuple[str, ...] = ()  # where a pack found by module path was imported from
 
     def case_ids(self) -> list[str]:
@@ -127,7 +140,7 @@ class AssignmentPack:
 
     def file_of(self, module: str) -> str:
         """The submission path of a student module: ``src.collectives`` -> ``src/collectives.py``."""
-        return module.replace(".", "/") + ".py"
+        return self.module_files.get(module) or module.replace(".", "/") + ".py"
 
 
 @functools.lru_cache(maxsize=16)

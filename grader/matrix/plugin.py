@@ -117,6 +117,8 @@ class MatrixSession:
                 decision = verdicts.Decision(Verdict.ERROR, f"the grader could not start the ranks: {exc.reason}")
             else:
                 decision = verdicts.decide(case, prepared, run, self._allowed(case))
+                if decision.verdict is Verdict.PASS and self.pack.judge is not None:
+                    decision = verdicts.judged(decision, self.pack.judge(case, prepared, *verdicts.measured(run)))
                 self._remember_import_failure(module, decision, run)
         self._learn(case, decision.verdict)
         record("verdict", decision.verdict.value)

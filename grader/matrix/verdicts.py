@@ -104,6 +104,20 @@ def decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str]
     return Decision(Verdict.PASS, "", trace)
 
 
+def measured(run: CaseRun) -> tuple[list[dict[str, torch.Tensor]], list[tuple[int, int, int]] | None]:
+    """Every rank's reply tensors and the messages measured on the wire, in order (None unmeasured):
+    what a pack's ``judge`` decides from."""
+    order = run.traffic.order if _measured(run.traffic) else None  # type: ignore[union-attr]
+    return [rep.tensors for rep in run.ranks], order
+
+
+def judged(decision: Decision, verdict: tuple[str, str] | None) -> Decision:
+    """A passing decision, or the pack judge's verdict on it (an unknown verdict is the pack's bug)."""
+    if verdict is None:
+        return decision
+    return Decision(Verdict(verdict[0]), verdict[1], decision.trace, decision.details)
+
+
 def tampering(run: CaseRun, allowed: frozenset[str]) -> str:
     """Why the measured traffic is not what the policy and the ranks' records allow ("" when it is,
     or when there is no measurement to hold them to)."""

@@ -16,7 +16,21 @@ from dataclasses import dataclass
 from grader.handin.report import CodeBlock
 
 #: info strings that say a block is not Python (output, shell, a shape written as text is still tried)
-NOT_PYTHON = {"bash", "sh", "shell", "console", "output", "text", "txt", "plain", "log", "json", "yaml", "markdown"}
+NOT_PYTHON = {
+    "answers",
+    "bash",
+    "sh",
+    "shell",
+    "console",
+    "output",
+    "text",
+    "txt",
+    "plain",
+    "log",
+    "json",
+    "yaml",
+    "markdown",
+}
 _CUDA_DEVICE = re.compile(r"^cuda(:\d+)?$")
 _HALF = {"bfloat16", "float16", "half", "bf16"}
 #: torch.cuda calls that do nothing on CPU: synchronising, choosing or seeding a device

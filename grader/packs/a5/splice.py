@@ -57,8 +57,13 @@ class Spliced:
         return next(s for s in self.test.body if isinstance(s, ast.FunctionDef) and s.name == "main")
 
 
+#: the starter's sources, read once at import: a rank imports this module in the zygote, before its
+#: sandbox hides the grader's files
+SOURCES = {name: (STARTER / name).read_text() for name in ("model.py", "pipeline_parallel.py", "test.py")}
+
+
 def starter(name: str) -> ast.Module:
-    return ast.parse((STARTER / name).read_text(), name)
+    return ast.parse(SOURCES[name], name)
 
 
 def _is_true(node: ast.AST) -> bool:
@@ -175,12 +180,14 @@ def _place_q4(statements: list[ast.stmt], main: _Main) -> str:
     if loops:
         main.replace(at, at + 1, mine)
         return "a whole loop: replaced test.py's baseline loop"
-    append = main.body[at].body[0]
+    loop = main.body[at]
+    assert isinstance(loop, ast.For)
+    append = loop.body[0]
     if not any(same(s, append) for s in mine):  # the given append goes after the forward pass
         forward = [i for i, s in enumerate(mine) if _assigns(s, "output")]
         where = forward[-1] + 1 if forward else len(mine)
         mine.insert(where, append)
-    main.body[at].body = mine
+    loop.body = mine
     return "the loop's lines: placed in the body of test.py's baseline loop"
 
 
