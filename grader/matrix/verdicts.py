@@ -41,7 +41,8 @@ _STATUS_VERDICT = {
     "import_error": Verdict.IMPORT_ERROR,
     "bad_return": Verdict.WRONG,
 }
-_CAUSE_ORDER = {"signaled": 0, "exited": 1, "wire_error": 2, "no_reply": 3, "exception": 4}
+#: a rank that raised explains the peers still waiting for it when the case ended ("no_reply")
+_CAUSE_ORDER = {"signaled": 0, "exited": 1, "wire_error": 2, "exception": 3, "no_reply": 4}
 _PRECEDENCE = [
     Verdict.TAMPERING,
     Verdict.FORBIDDEN,

@@ -288,26 +288,24 @@ def _pipelined(question: str) -> Callable[[Any, dict[str, Any], Tensors], Tensor
 
 
 def _check(question: str) -> Callable[[Any, dict[str, Any], Tensors], Tensors]:
-    """The whole run with the grader's answers, then the question's check, on correct results or on
-    results the grader made wrong (``params["variant"] == "wrong"``): 1 where the check raised."""
+    """The whole run with the grader's answers, then the question's check twice: on the right results,
+    and on results the grader made wrong (Q9: the last micro-batch's output; Q10: each stage's last
+    layer's fc2 gradient).  Replies, per rank, whether each run of the check raised."""
     name = question.lower()
 
     def body(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
         run = Run(student, question, params, t)
-
-        def corrupt() -> None:
-            if params["variant"] != "wrong":
-                return
+        with torch.enable_grad():
+            run.run((*UP_TO_Q3, "q4", "stage", "q6", "q8"))
+            right = run.run((name,), checks=(name,)).get(name, False)
             if name == "q9" and dist.get_rank() == dist.get_world_size() - 1:
                 outputs = run.ns["output_tensors_pp"]
-                outputs[-1] = outputs[-1] + 1.0  # the last micro-batch's output, off by one everywhere
+                outputs[-1] = outputs[-1] + 1.0
             if name == "q10":
-                weight = run.ns["model_stage"].pp_stage_layers[-1].fc2.weight  # the stage's last layer
+                weight = run.ns["model_stage"].pp_stage_layers[-1].fc2.weight
                 weight.grad = weight.grad * 2.0 + 1.0
-
-        with torch.enable_grad():
-            raised = run.run((*UP_TO_Q3, "q4", "stage", "q6", "q8", name), before={name: corrupt}, checks=(name,))
-        return {"raised": _ints([int(raised.get(name, False))])}
+            wrong = run.run((name,), checks=(name,)).get(name, False)
+        return {"raised": _ints([int(right), int(wrong)])}
 
     return body
 

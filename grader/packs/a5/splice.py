@@ -342,7 +342,8 @@ def splice(report: Report, questions: tuple[str, ...] = CODE_QUESTIONS, others: 
             continue
         parsed = parse_blocks(blocks)
         if not parsed.statements:
-            spliced.placements[question] = Placement(question, False, f"{question}: {parsed.problem}")
+            where = f"the answer under its heading (line {answer.line})" if answer is not None else "the report"
+            spliced.placements[question] = Placement(question, False, f"{where}: {parsed.problem}")
             continue
         where = ", ".join(str(n) for n in parsed.lines)
         try:
