@@ -4,10 +4,11 @@ Each entry in ``tests/corpus/fidelity/<name>/expected.json`` is a reference (``b
 small edit (``patch``: ``[old, new]`` pairs per file; ``answers_patch`` for the written answers, or
 ``answers_file`` to replace them; ``files``: submission path -> a file of the entry that replaces it,
 as the ``a5_*`` reports do), the exact item scores its pack's default rubric must give it
-(``pack``, ``a9`` unless named; the ``a4_*`` entries are Assignment 4's, the ``a5_*`` Assignment 5's), and ``why``: what the
-handout says about that submission.  Solutions written the way the handout suggests earn full
-marks; side components, cheats, hard-coded world sizes, Task 1 bugs seen again in Task 2, hedged
-written answers and Assignment 4's classic mistakes each earn what the handout says, and no more.
+(``pack``, ``a9`` unless named; the ``a4_*`` entries are Assignment 4's, the ``a5_*`` Assignment
+5's), and ``why``: what the handout says about that submission.  Solutions written the way the
+handout suggests earn full marks; side components, cheats, hard-coded world sizes, Task 1 bugs
+seen again in Task 2, hedged written answers and Assignment 4's classic mistakes each earn what the
+handout says, and no more.
 """
 
 from __future__ import annotations

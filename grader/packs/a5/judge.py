@@ -96,7 +96,7 @@ def _schedule(case: Case, messages: list[tuple[int, int, int]] | None) -> Verdic
 
 def _check(case: Case, replies: list[dict[str, Any]]) -> Verdict:
     """The check must pass on the right results and fail where the grader made them wrong."""
-    runs = [(_flags(r, "raised") + [0, 0])[:2] for r in replies]
+    runs = [[*_flags(r, "raised"), 0, 0][:2] for r in replies]
     what = "output" if case.kind == "q9" else "gradient"
     alarms = [stage for stage, (right, _) in enumerate(runs) if right]
     if alarms:
