@@ -105,10 +105,12 @@ GIT_AUTHOR_DATE=$COMMIT_TIME GIT_COMMITTER_DATE=$COMMIT_TIME \
     git -C "$repo" -c user.name=ci -c user.email=ci@localhost commit -qm reference
 grade reference "$repo" max --trust-commit-time
 grade naive reference/a9-naive 100  # the star algorithms: full marks and no bonus, under this backend too
-# The image holds both packs: A4's reference, handed in as the handout asks (one zip), graded by --pack.
+# The image holds every pack: A4's reference, handed in as the handout asks (one zip), graded by --pack.
 a4zip=$(mktemp -d /tmp/ci-container-stage-a4.XXXXXX)/handin.zip
 "$PYTHON" -c 'import shutil, sys; shutil.make_archive(sys.argv[1][:-4], "zip", sys.argv[2])' "$a4zip" reference/a4
 grade a4 "$a4zip" 100 --pack a4
+# A5's hand-in is one report.md: 90 automatic points, Q1's 10 wait for an instructor (pending_review).
+grade a5 reference/a5 90 --pack a5
 built=()  # submissions made by a make.py: removed at the end, after the checks looked beside them
 for entry in "${HOSTILE[@]}"; do
     name=${entry%%=*}

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from markdown_it import MarkdownIt
 
 #: a question's opening words, after emphasis marks: "Q5", "Q 5", "Question 5", "Exercise 5", "Task 5"
-_OPENING = re.compile(r"^(?:q|question|exercise|task)\s*(\d+)\b", re.IGNORECASE)
+_OPENING = re.compile(r"^(?:q|question|exercise|task)\s*(\d+)(?![0-9A-Za-z])", re.IGNORECASE)  # "Q5__" too
 #: in a paragraph (not a heading) the number must be followed by a mark that ends a label: ``Q5:``,
 #: ``Q5.``, ``Q5)``, ``Q5 -``, or the label is bold on its own (``**Q5**``); "Q5 asks..." is prose
 _LABEL_END = re.compile(r"^\s*(?:[:.)\-–—]|\*\*|__|$)")

@@ -142,7 +142,8 @@ def parse_blocks(blocks: list[CodeBlock]) -> Parsed:
         statements.extend(parsed)
         used.append(block.line)
     if not statements:
-        problem = "; ".join(skipped) if skipped else "no code block found"
+        empty = "its code block holds no code, only comments" if used else "no code block found"
+        problem = "; ".join(skipped) if skipped else empty
         return Parsed([], [], problem)
     return Parsed(statements, used, note=("; ".join(skipped) + ", left out") if skipped else "")
 

@@ -1,0 +1,69 @@
+"""Assignment 5 on the engine (issue 26): a Markdown report's snippets, run in the grader's ranks.
+
+The reference report earns every automatic point (Q1 waits for an instructor); a report whose
+pipeline_communicate deadlocks is a hang that names each stage's waiting call, within seconds; a
+stage that runs the whole model fails whatever its numbers, since it holds only its own layers'
+weights; and every output format carries the per-question placement notes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grader.cli import main
+from grader.pack import load_pack
+from grader.pipeline import grade
+from grader.results import ItemStatus, Verdict
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "reference" / "a5"
+pytestmark = pytest.mark.slow
+
+
+def test_the_reference_report_earns_every_automatic_point(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["grade", str(REFERENCE), "--pack", "a5", "--out", str(out)]) == 0
+    result = json.loads((out / "results.json").read_text())
+    assert result["score"] == 90  # Q1's 10 points wait for an instructor
+    assert all(case["verdict"] == "pass" for case in result["cases"]), result["cases"]
+    items = {item["id"]: item for task in result["tasks"] for item in task["items"]}
+    assert items["q1_seeding.explanation"]["status"] == ItemStatus.PENDING_REVIEW.value
+    assert sum("placed:" in note for note in result["notes"]) == 9
+    for name in ("summary.md", "gradescope.json", "classroom.json", "junit.xml"):
+        assert (out / name).is_file()
+    assert "Q8 placed" in (out / "summary.md").read_text()
+
+
+BROKEN = {
+    # Q7: stage 1 never sends a gradient back, so stage 0 waits for it forever
+    "    elif operation == 'send_backward':\n        if pp_is_first_stage: return\n": (
+        "    elif operation == 'send_backward':\n        if pp_rank <= 1: return\n"
+    ),
+    # Q8: every stage runs the whole model on whatever it has
+    "    output = model_stage(stage_input)\n": "    output = model(stage_input)\n",
+}
+
+
+def test_a_deadlock_is_a_hang_naming_each_stage_and_the_whole_model_on_a_stage_fails(tmp_path: Path) -> None:
+    submission = tmp_path / "report"
+    shutil.copytree(REFERENCE, submission)
+    text = (submission / "report.md").read_text()
+    for old, new in BROKEN.items():
+        assert text.count(old) == 1
+        text = text.replace(old, new)
+    (submission / "report.md").write_text(text)
+    result = grade(submission, load_pack("a5").rubric)
+    cases = {case.id: case for case in result.cases}
+    hung = cases["test_communicate[pp2-l4-b8-m2]"]
+    assert hung.verdict is Verdict.HANG
+    assert hung.message.startswith("likely deadlock"), hung.message  # found in seconds, not at the time limit
+    assert "rank 0 waits in" in hung.message and "src=1" in hung.message
+    whole = cases["test_pipelined[pp2-l4-b8-m2]"]
+    assert whole.verdict is Verdict.WRONG and "NaN" in whole.message
+    items = {item.id: item.score for item in result.items()}
+    assert items["q7_communicate.code"] == 0 and items["q8_pipelined.code"] == 0
+    assert items["q4_baseline.code"] == 12 and items["q10_gradient_check.code"] == 6  # charged once
