@@ -67,3 +67,20 @@ def test_a_deadlock_is_a_hang_naming_each_stage_and_the_whole_model_on_a_stage_f
     items = {item.id: item.score for item in result.items()}
     assert items["q7_communicate.code"] == 0 and items["q8_pipelined.code"] == 0
     assert items["q4_baseline.code"] == 12 and items["q10_gradient_check.code"] == 6  # charged once
+
+
+def test_a_rank_holds_no_expected_value_catalog_or_judge() -> None:
+    """The zygote preloads the rank side (the reader, the splicer, the starter's sources) and nothing
+    of the session's: no catalog, baseline or judge."""
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys\n"
+        "from grader.runtimes.torchdist import zygote\n"
+        "zygote._preload('grader.packs.a5.bodies')\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('grader.packs.a5'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    loaded = set(json.loads(done.stdout))
+    assert loaded == {"grader.packs.a5", "grader.packs.a5.bodies", "grader.packs.a5.snippets", "grader.packs.a5.splice"}
