@@ -42,7 +42,7 @@ UP_TO_Q3 = ("init", "q2", "data", "model", "q3")
 def _module(name: str, statements: list[ast.stmt], report_file: str) -> types.ModuleType:
     module = types.ModuleType(name)
     for stmt in statements:
-        _exec(stmt, vars(module), report_file)
+        _exec(stmt, vars(module), report_file, f"{name}.py")
     return module
 
 
