@@ -53,8 +53,9 @@ def test_headings_inside_fences_and_comments_are_neither_headings_nor_answers() 
 
 def test_a_question_answered_twice_is_reported_and_neither_answer_is_chosen() -> None:
     report = read_report("## Q5\n\n```\na = 1\n```\n\n## Q6\n\n## Q5 again\n\n```\na = 2\n```\n")
-    assert "Q5" not in report.answers
+    assert "Q5" not in report.answers and report.duplicated == ["Q5"]
     assert any("Q5 is answered 2 times" in p for p in report.problems)
+    assert "answered more than once" in splice(report).placements["Q5"].message
 
 
 def test_code_before_any_heading_is_kept_apart() -> None:
@@ -174,6 +175,7 @@ def test_segments_follow_a_placed_snippet() -> None:
         ("## Q7\n\n```python\nif a: return\n```\n", "the 4 `if ...: return` lines"),
         ("## Q6\n\n```python\n# only a comment\n```\n", "only comments"),
         ("# Report\n", "no answer under a Q9 heading"),
+        ("## Q9\n\n```python\ndist.barrier()\n```\n", "only repeats lines the starter gives"),
     ],
 )
 def test_a_snippet_that_cannot_be_placed_says_why(text: str, reason: str) -> None:

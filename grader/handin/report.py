@@ -53,6 +53,7 @@ class Report:
     answers: dict[str, Answer]
     unheaded: list[CodeBlock]  # code blocks before the first question's heading
     problems: list[str]  # each a sentence for the student: duplicates, empty report
+    duplicated: list[str] = field(default_factory=list)  # questions answered more than once (none graded)
 
     def answer(self, question: str) -> Answer | None:
         return self.answers.get(question)
@@ -99,6 +100,7 @@ def read_report(text: str) -> Report:
             (current.code if current is not None else unheaded).append(block)
     answers: dict[str, Answer] = {}
     problems: list[str] = []
+    duplicated: list[str] = []
     by_question: dict[str, list[Answer]] = {}
     for answer in found:
         answer.prose = "\n".join(p for p in prose.get(id(answer), []) if p).strip()
@@ -107,6 +109,7 @@ def read_report(text: str) -> Report:
         if len(same) == 1:
             answers[question] = same[0]
             continue
+        duplicated.append(question)
         lines = ", ".join(str(a.line) for a in same)
         problems.append(
             f"{question} is answered {len(same)} times (lines {lines}): none of them is graded; "
@@ -114,4 +117,4 @@ def read_report(text: str) -> Report:
         )
     if not found:
         problems.append("no question headings found (write each answer under a heading such as '## Q5')")
-    return Report(answers, unheaded, problems)
+    return Report(answers, unheaded, problems, duplicated)

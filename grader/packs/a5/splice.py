@@ -312,6 +312,8 @@ def _place(question: str, parsed: Parsed, spliced: Spliced, main: _Main) -> str:
             return f"`def {function}`: replaced pipeline_parallel.py's {function}"
         place = _place_q5 if question == "Q5" else _place_q7
         return place(statements, spliced.pipeline)
+    if not _context_dropped(statements, main):
+        raise Unplaceable("it only repeats lines the starter gives (the TODO is still to do)")
     return _IN_MAIN[question](statements, main)
 
 
@@ -338,7 +340,9 @@ def splice(report: Report, questions: tuple[str, ...] = CODE_QUESTIONS, others: 
                 continue
             blocks, from_unheaded = unheaded, " (found outside any question's heading)"
         if answer is None and not blocks:
-            spliced.placements[question] = Placement(question, False, f"no answer under a {question} heading")
+            why = "answered more than once: none is graded" if question in report.duplicated else ""
+            why = why or f"no answer under a {question} heading"
+            spliced.placements[question] = Placement(question, False, why)
             continue
         parsed = parse_blocks(blocks)
         if not parsed.statements:
