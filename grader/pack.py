@@ -67,7 +67,7 @@ class Prepared:
     inputs: list[dict[str, Any]]  # per rank: name -> tensor
     expected: list[dict[str, Any]]  # per rank: name -> tensor
     tensor_bytes: int = 0  # one rank's main input: the unit trace metrics and time budgets are judged in
-    tolerance: dict[str, float] = field(default_factory=dict)  # rtol/atol for floating outputs
+    tolerance: dict[str, float] = field(default_factory=dict)  # rtol/atol elementwise, or norm (whole tensor)
 
 
 @dataclass(frozen=True)

@@ -233,3 +233,19 @@ def test_distribute_layers_answers_are_judged_by_their_properties() -> None:
     assert "exactly one" in judge(case, None, answer([0, 1, 2, 3, 4], [0, 1, 2, 3, 4]), None)[1]  # type: ignore[arg-type, index]
     assert "contiguous" in judge(case, None, answer([0, 2, 4], [1, 3]), None)[1]  # type: ignore[arg-type, index]
     assert "evenly" in judge(case, None, answer([0, 1, 2, 3], [4]), None)[1]  # type: ignore[arg-type, index]
+
+
+def test_a_whole_tensor_tolerance_forgives_one_element_across_a_kink_but_no_wrong_scale() -> None:
+    import torch
+
+    from grader.matrix.verdicts import compare
+
+    want = torch.randn(100, 100, generator=torch.Generator().manual_seed(0))
+    kinked = want.clone()
+    kinked[3, 4] *= 1.05  # one gradient element moved by 5%: a ReLU gate that flipped in rounding
+    tol = {"norm": 1e-3}
+    assert compare({"g": kinked}, {"g": want}, tol) == ""
+    assert "relative error 1" in compare({"g": want * 2}, {"g": want}, tol)  # a loss scaled by two
+    nan = want.clone()
+    nan[0, 0] = float("nan")
+    assert "relative error nan" in compare({"g": nan}, {"g": want}, tol)

@@ -167,7 +167,8 @@ def _communicated(run: CaseRun) -> bool:
 
 
 def compare(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], tol: dict[str, float]) -> str:
-    """'' when equal within tolerance, else what differs, in the words a student needs."""
+    """'' when equal within tolerance (elementwise ``rtol``/``atol``, or ``norm``: the relative error of
+    the whole tensor), else what differs, in the words a student needs."""
     for name, want in expected.items():
         label = "the result" if name == "out" else ("the argument after the call" if name == "arg" else name)
         if name not in got:
@@ -180,6 +181,16 @@ def compare(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], tol
         if have.numel() == 0:
             continue
         a, b = have.double(), want.double()
+        if "norm" in tol:  # relative to the whole tensor: one element across a ReLU's kink is not an error
+            relative = float((a - b).norm() / b.norm().clamp_min(1e-300))
+            if relative <= tol["norm"]:  # NaN is never within
+                continue
+            bad = ~torch.isclose(a, b, rtol=tol["norm"], atol=0.0, equal_nan=False)
+            index = tuple(int(i) for i in bad.nonzero()[0].tolist()) if bool(bad.any()) else (0,) * a.dim()
+            return (
+                f"{label} differs: relative error {relative:.3g} (||got - expected|| / ||expected||, at most "
+                f"{tol['norm']:g}); first at index {index}: expected {_num(want[index])}, got {_num(have[index])}"
+            )
         bad = ~torch.isclose(a, b, rtol=tol.get("rtol", 0.0), atol=tol.get("atol", 0.0), equal_nan=False)
         if bool(bad.any()):
             err = (a - b).abs().nan_to_num(nan=float("inf"))

@@ -16,7 +16,10 @@ import torch
 
 from grader.pack import Case, Prepared
 
-TOLERANCE = {"rtol": 1e-3, "atol": 1e-6}  # float32 ranks against a float64 baseline; gradients are ~1e-3
+#: float32 ranks against a float64 baseline, each tensor as a whole: a pre-activation within rounding of
+#: zero may cross the ReLU's kink in one and not the other, which moves single gradient elements by
+#: percents but the tensor by far less; every wrong schedule or loss is off by tens of percent
+TOLERANCE = {"norm": 1e-3}
 
 
 def own_layers(layers: int, stage: int, stages: int) -> list[int]:
