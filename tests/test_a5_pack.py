@@ -84,3 +84,9 @@ def test_a_rank_holds_no_expected_value_catalog_or_judge() -> None:
     done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True, cwd="/")
     loaded = set(json.loads(done.stdout))
     assert loaded == {"grader.packs.a5", "grader.packs.a5.bodies", "grader.packs.a5.snippets", "grader.packs.a5.splice"}
+
+
+def test_the_report_form_earns_nothing_and_says_why_per_question(tmp_path: Path) -> None:
+    result = grade(ROOT / "student_template" / "a5", load_pack("a5").rubric)
+    assert result.score == 0
+    assert sum("NOT placed" in note for note in result.notes) >= 7
