@@ -125,6 +125,10 @@ class AssignmentPack:
     #: session side: notes for the student about how the hand-in was read (where each snippet of a report
     #: was placed), from the submission's files and never by running them; scoring adds them to the result
     feedback: Callable[[Path], list[str]] | None = None
+    #: session side, before a case runs: ``case_data(case, submission root)`` -> params added to the
+    #: case's for its ranks, made from the submission's files without running them (a report's snippets
+    #: spliced into the grader's starter, so that the rank is sent code, never the grader's answers)
+    case_data: Callable[[Case, Path], dict[str, Any]] | None = None
     search_path: tuple[str, ...] = ()  # where a pack found by module path was imported from
 
     def case_ids(self) -> list[str]:

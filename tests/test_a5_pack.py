@@ -69,21 +69,35 @@ def test_a_deadlock_is_a_hang_naming_each_stage_and_the_whole_model_on_a_stage_f
     assert items["q4_baseline.code"] == 12 and items["q10_gradient_check.code"] == 6  # charged once
 
 
-def test_a_rank_holds_no_expected_value_catalog_or_judge() -> None:
-    """The zygote preloads the rank side (the reader, the splicer, the starter's sources) and nothing
-    of the session's: no catalog, baseline or judge."""
+def test_a_rank_holds_no_session_module_and_no_answer_of_the_grader() -> None:
+    """The zygote preloads the rank side (the bodies and the statements' decoder) and nothing of the
+    session's: no reader, splicer, catalog, baseline or judge, and no line of the grader's answers
+    (``solution.md``): a case is sent its program, with the graded question's answer left out."""
     import subprocess
     import sys
 
+    answers = (ROOT / "grader" / "packs" / "a5" / "solution.md").read_text()
+    marker = "stage_input = next(train_dl_iterator).to(device_id)"  # a line of the grader's Q8 answer
+    assert marker in answers
     code = (
-        "import json, sys\n"
+        "import gc, json, sys\n"
         "from grader.runtimes.torchdist import zygote\n"
         "zygote._preload('grader.packs.a5.bodies')\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('grader.packs.a5'))))\n"
+        "def texts(o):\n"  # the strings a container or an object's attributes hold
+        "    try:\n"
+        "        o = o if isinstance(o, (dict, list, tuple, set)) else object.__getattribute__(o, '__dict__')\n"
+        "    except (AttributeError, TypeError):\n"
+        "        return []\n"
+        "    values = o.values() if isinstance(o, dict) else o if isinstance(o, (list, tuple, set)) else ()\n"
+        "    return [v for v in values if isinstance(v, str)]\n"
+        f"m = bytes.fromhex({marker.encode().hex()!r}).decode()\n"  # not the line itself, in this code
+        "held = any(m in s and s is not m for o in gc.get_objects() for s in texts(o))\n"
+        "print(json.dumps([held, sorted(m for m in sys.modules if m.startswith('grader.packs.a5'))]))\n"
     )
     done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True, cwd="/")
-    loaded = set(json.loads(done.stdout))
-    assert loaded == {"grader.packs.a5", "grader.packs.a5.bodies", "grader.packs.a5.snippets", "grader.packs.a5.splice"}
+    held, loaded = json.loads(done.stdout)
+    assert set(loaded) == {"grader.packs.a5", "grader.packs.a5.bodies", "grader.packs.a5.tree"}
+    assert not held, "a line of the grader's answers is in a rank's memory"
 
 
 def test_the_report_form_earns_nothing_and_says_why_per_question(tmp_path: Path) -> None:

@@ -182,6 +182,8 @@ class MatrixSession:
         trusted = self._trusted(case)
         if trusted:  # one defect is charged once: the grader's own versions stand in for failed functions
             params = {**params, "trusted": trusted}
+        if self.pack.case_data is not None:
+            params = {**params, **self.pack.case_data(case, self.sandbox)}
         header = {
             "kind": case.kind,
             "module": self.pack.module_to_import(case.kind),

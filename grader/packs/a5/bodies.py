@@ -1,13 +1,15 @@
 """Rank side of Assignment 5: the only module of this pack a rank imports.
 
-The hand-in is a Markdown report.  Each case reads it (``grader.handin.report``), places the
-snippet of the question it grades into the grader's CPU/Gloo starter, and the grader's own answer
-(``solution.md``) into every other TODO (``splice``), so that a defect is charged to its question
-only.  ``test.py``'s ``main`` is then run statement by statement, segment by segment, in a namespace
-of the grader's own: ``dist`` is the live group (``init_process_group`` does nothing), the mesh's
-``pp`` dimension is the whole group, and ``MyDummyModel`` takes the session's weights, so every
-copy of the model a snippet builds is the same.  A snippet that cannot be placed raises
-``NotImplementedError`` with the reason: a ``not_implemented`` verdict for that question's cases.
+The hand-in is a Markdown report, read and spliced in the session (``splice.program``): each case
+brings the grader's CPU/Gloo starter with the snippet of the question it grades placed, and the
+grader's own answers at every other TODO (so a defect is charged to its question only), as
+statements (``tree``) in ``params["program"]``.  The grader's answer to the question being graded
+is never sent, and this module reads no answer of its own.  ``test.py``'s ``main`` is run statement
+by statement, segment by segment, in a namespace of the grader's own: ``dist`` is the live group
+(``init_process_group`` does nothing), the mesh's ``pp`` dimension is the whole group, and
+``MyDummyModel`` takes the session's weights, so every copy of the model a snippet builds is the
+same.  A snippet that could not be placed comes as ``params["unplaced"]``, the reason: it raises
+``NotImplementedError``, a ``not_implemented`` verdict for that question's cases.
 
 Where a stage must compute from what it receives (Q7, Q8), the session sends each stage only its
 own layers' weights (NaN elsewhere), the baseline never runs, and every stage but the first gets a
@@ -22,18 +24,16 @@ import os
 import random
 import types
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from grader.handin.report import Report, read_report
-from grader.packs.a5.splice import Spliced, segment, splice, starter
+from grader.packs.a5 import tree
+from grader.packs.a5.tree import segment
 
 REPORT = "report.md"
-SOLUTION = read_report((Path(__file__).resolve().parent / "solution.md").read_text())
 STARTER_FILE = "a5-starter/{}"  # where the starter's own lines say they are, in a traceback
 Tensors = dict[str, torch.Tensor]
 UP_TO_Q3 = ("init", "q2", "data", "model", "q3")
@@ -127,20 +127,15 @@ def _model_class(base: type[nn.Module], t: Tensors) -> type[nn.Module]:
 class Run:
     """One case's spliced starter and the namespace its ``main`` runs in."""
 
-    def __init__(self, student: Any, question: str, params: dict[str, Any], t: Tensors) -> None:
+    def __init__(self, student: Any, params: dict[str, Any], t: Tensors) -> None:
+        if "program" not in params:
+            raise NotImplementedError(params.get("unplaced", "the grader sent no program for this case"))
+        program = tree.loads(params["program"])
         report_file = os.path.join(student.sandbox, REPORT)
-        try:
-            text = Path(report_file).read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            raise NotImplementedError(f"{REPORT} is missing from the submission") from None
-        report: Report = read_report(text)
-        self.spliced: Spliced = splice(report, (question,), others=SOLUTION)
-        placement = self.spliced.placements[question]
-        if not placement.placed:
-            raise NotImplementedError(f"{question}: {placement.message}")
         self.report_file = report_file
-        model = _module("model", starter("model.py").body, report_file)
-        self.pipeline = _module("pipeline_parallel", self.spliced.pipeline.body, report_file)
+        self.main = program["main"]
+        model = _module("model", program["model"], report_file)
+        self.pipeline = _module("pipeline_parallel", program["pipeline"], report_file)
         ws, rank = dist.get_world_size(), dist.get_rank()
         env = {"WORLD_SIZE": str(ws), "RANK": str(rank), "LOCAL_RANK": str(rank)}
         self.ns: dict[str, Any] = {
@@ -167,7 +162,7 @@ class Run:
         a ``checks`` segment an AssertionError is the answer (it is recorded, and the rest runs)."""
         raised: dict[str, bool] = {}
         done: set[str] = set()
-        for stmt in self.spliced.main().body:
+        for stmt in self.main:
             name = segment(stmt)
             if name not in segments:
                 continue
@@ -204,13 +199,13 @@ def _q2(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
     raised = []
     for args in params["args"]:
         named = dict(zip(("pp", "global_batch_size", "micro_batch_size", "number_of_layers"), args, strict=True))
-        run = Run(student, "Q2", {**params, **named}, t)
+        run = Run(student, {**params, **named}, t)
         raised.append(int(run.run(("init", "q2"), checks=("q2",)).get("q2", False)))
     return {"raised": _ints(raised)}
 
 
 def _q3(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
-    run = Run(student, "Q3", params, t)
+    run = Run(student, params, t)
     run.run(UP_TO_Q3)
     shapes = run.ns.get("tensor_shapes")
     try:
@@ -240,7 +235,7 @@ def _outputs(values: Any, what: str) -> torch.Tensor:
 
 
 def _q4(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
-    run = Run(student, "Q4", params, t)
+    run = Run(student, params, t)
     with torch.enable_grad():
         run.run((*UP_TO_Q3, "q4"))
     return {
@@ -251,7 +246,7 @@ def _q4(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
 
 def _q5(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
     """Every (layers, stages) pair and stage: the count, then the layer indices."""
-    distribute = Run(student, "Q5", params, t).pipeline.distribute_layers
+    distribute = Run(student, params, t).pipeline.distribute_layers
     flat: list[int] = []
     for layers, stages in params["pairs"]:
         for stage in range(stages):
@@ -261,30 +256,26 @@ def _q5(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
 
 
 def _q6(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
-    run = Run(student, "Q6", params, t)
+    run = Run(student, params, t)
     run.run((*UP_TO_Q3, "stage", "q6"))
     return {"reads": _ints([int(run.ns.get("train_dl_iterator") is not None)])}
 
 
-def _pipelined(question: str) -> Callable[[Any, dict[str, Any], Tensors], Tensors]:
-    """The pipelined forward and backward with the question's snippet: the last stage's outputs and
-    every stage's gradients.  The baseline never runs; data past the first stage is NaN."""
+def _pipelined(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
+    """The pipelined forward and backward with the case's snippet (Q7's or Q8's): the last stage's
+    outputs and every stage's gradients.  The baseline never runs; data past the first stage is NaN."""
+    run = Run(student, params, t)
 
-    def body(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
-        run = Run(student, question, params, t)
+    def poison_data() -> None:
+        if dist.get_rank() > 0:
+            run.ns["input"] = tuple(torch.full_like(x, float("nan")) for x in run.ns["input"])
 
-        def poison_data() -> None:
-            if dist.get_rank() > 0:
-                run.ns["input"] = tuple(torch.full_like(x, float("nan")) for x in run.ns["input"])
-
-        with torch.enable_grad():
-            run.run((*UP_TO_Q3, "stage", "q6", "q8"), before={"model": poison_data})
-        reply = _grads(list(run.ns["model_stage"].pp_stage_layers))
-        if dist.get_rank() == dist.get_world_size() - 1:
-            reply["out"] = _outputs(run.ns.get("output_tensors_pp"), "output_tensors_pp")
-        return reply
-
-    return body
+    with torch.enable_grad():
+        run.run((*UP_TO_Q3, "stage", "q6", "q8"), before={"model": poison_data})
+    reply = _grads(list(run.ns["model_stage"].pp_stage_layers))
+    if dist.get_rank() == dist.get_world_size() - 1:
+        reply["out"] = _outputs(run.ns.get("output_tensors_pp"), "output_tensors_pp")
+    return reply
 
 
 def _check(question: str) -> Callable[[Any, dict[str, Any], Tensors], Tensors]:
@@ -294,7 +285,7 @@ def _check(question: str) -> Callable[[Any, dict[str, Any], Tensors], Tensors]:
     name = question.lower()
 
     def body(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
-        run = Run(student, question, params, t)
+        run = Run(student, params, t)
         with torch.enable_grad():
             run.run((*UP_TO_Q3, "q4", "stage", "q6", "q8"))
             right = run.run((name,), checks=(name,)).get(name, False)
@@ -316,8 +307,8 @@ BODIES = {
     "q4": _q4,
     "q5": _q5,
     "q6": _q6,
-    "q7": _pipelined("Q7"),
-    "q8": _pipelined("Q8"),
+    "q7": _pipelined,
+    "q8": _pipelined,
     "q9": _check("Q9"),
     "q10": _check("Q10"),
 }

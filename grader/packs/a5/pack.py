@@ -27,6 +27,16 @@ def _judge(case: Case, prepared: Prepared, replies: list[dict[str, Any]], messag
     return judge(case, prepared, replies, messages)
 
 
+def _case_data(case: Case, root: Path) -> dict[str, Any]:
+    """The program the case's ranks run: the report read and spliced here, in the session, so that the
+    grader's answer to the question the case grades never reaches a rank (``splice.program``)."""
+    from grader.packs.a5.splice import program
+
+    path = root / REPORT
+    text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+    return program(text, case.kind.upper())
+
+
 def feedback(root: Path) -> list[str]:
     """Per code question, what the report holds and where the grader placed it, or why it could not.
     Reads and parses the report only (its code runs in the ranks, never here)."""
@@ -59,4 +69,5 @@ PACK = AssignmentPack(
     module_files={"report": REPORT},
     judge=_judge,
     feedback=feedback,
+    case_data=_case_data,
 )

@@ -21,14 +21,19 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.handin.report import Report
+from grader.handin.report import Report, read_report
+from grader.packs.a5 import tree
 from grader.packs.a5.snippets import Parsed, defines, parse_blocks, same
+from grader.packs.a5.tree import segment
 
 STARTER = Path(__file__).resolve().parent / "starter"
+#: the grader's own answers: read here, in the session, and never sent to a rank whole (``program``)
+SOLUTION = Path(__file__).resolve().parent / "solution.md"
 CODE_QUESTIONS = ("Q2", "Q3", "Q4", "Q5", "Q6", "Q7", "Q8", "Q9", "Q10")
 #: the function whose definition is the whole answer, and where it lives
 DEFINED = {"Q5": "distribute_layers", "Q7": "pipeline_communicate"}
@@ -57,13 +62,8 @@ class Spliced:
         return next(s for s in self.test.body if isinstance(s, ast.FunctionDef) and s.name == "main")
 
 
-#: the starter's sources, read once at import: a rank imports this module in the zygote, before its
-#: sandbox hides the grader's files
-SOURCES = {name: (STARTER / name).read_text() for name in ("model.py", "pipeline_parallel.py", "test.py")}
-
-
 def starter(name: str) -> ast.Module:
-    return ast.parse(SOURCES[name], name)
+    return ast.parse((STARTER / name).read_text(), name)
 
 
 def _is_true(node: ast.AST) -> bool:
@@ -104,10 +104,6 @@ SEGMENTS: tuple[tuple[str, Callable[[ast.stmt], bool]], ...] = (
     ("q10", lambda s: isinstance(s, ast.For)),
     ("end", lambda s: isinstance(s, ast.Expr) and "barrier" in ast.dump(s)),
 )
-
-
-def segment(stmt: ast.stmt) -> str:
-    return str(getattr(stmt, "a5_segment", "end"))
 
 
 class _Main:
@@ -369,3 +365,22 @@ def _place_trusted(question: str, answers: Report, spliced: Spliced, main: _Main
     answer = answers.answer(question)
     assert answer is not None, f"the grader's answers lack {question}"
     _place(question, parse_blocks(answer.code), spliced, main)
+
+
+@functools.cache
+def _solution() -> Report:
+    return read_report(SOLUTION.read_text())
+
+
+def program(report: str | None, question: str) -> dict[str, str]:
+    """A case's data for its ranks: the starter with the report's snippet for ``question`` and the
+    grader's answers to the other questions, as statements (``tree``), under ``program``; or, when the
+    snippet cannot be placed, why (``unplaced``).  The grader's answer to ``question`` is in neither."""
+    if report is None:
+        return {"unplaced": "report.md is missing from the submission"}
+    spliced = splice(read_report(report), (question,), others=_solution())
+    placement = spliced.placements[question]
+    if not placement.placed:
+        return {"unplaced": f"{question}: {placement.message}"}
+    statements = {"model": starter("model.py").body, "pipeline": spliced.pipeline.body, "main": spliced.main().body}
+    return {"program": tree.dumps(statements)}
