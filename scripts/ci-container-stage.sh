@@ -28,6 +28,7 @@ HOSTILE=(
     "kill_every_process=-"     # kill(-1, SIGKILL)
     "memfd_3gib=-"             # 3 GiB in memfd files RLIMIT_AS never sees
     "escape_time_bound=-"      # a setsid double fork at import and a case that never ends
+    "a5_steal_q8_answer=-"     # A5: a Q8 snippet that looks for the grader's Q8 answer (modules, frames, gc, disk)
 )
 REFERENCE=reference/a9  # its tasks must earn max_score, and some bonus on top
 COMMIT_TIME=2026-01-05T12:00:00+00:00  # the reference's commit, as results.json must report it with --trust-commit-time

@@ -76,6 +76,8 @@ def test_a_rank_holds_no_session_module_and_no_answer_of_the_grader() -> None:
     import subprocess
     import sys
 
+    from grader.sandbox import isolation
+
     answers = (ROOT / "grader" / "packs" / "a5" / "solution.md").read_text()
     marker = "stage_input = next(train_dl_iterator).to(device_id)"  # a line of the grader's Q8 answer
     assert marker in answers
@@ -98,6 +100,8 @@ def test_a_rank_holds_no_session_module_and_no_answer_of_the_grader() -> None:
     held, loaded = json.loads(done.stdout)
     assert set(loaded) == {"grader.packs.a5", "grader.packs.a5.bodies", "grader.packs.a5.tree"}
     assert not held, "a line of the grader's answers is in a rank's memory"
+    hidden = isolation.default_hide()  # nor on a rank's disk: the package is covered by an empty folder
+    assert any((ROOT / "grader" / "packs" / "a5" / "solution.md").resolve().is_relative_to(h) for h in hidden)
 
 
 def test_the_report_form_earns_nothing_and_says_why_per_question(tmp_path: Path) -> None:
