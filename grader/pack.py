@@ -113,7 +113,7 @@ class Prepared:
     inputs: list[dict[str, Any]]  # per rank: name -> tensor
     expected: list[dict[str, Any]]  # per rank: name -> tensor
     tensor_bytes: int = 0  # one rank's main input: the unit trace metrics and time budgets are judged in
-    tolerance: dict[str, float] = field(default_factory=dict)  # rtol/atol for floating outputs
+    tolerance: dict[str, float] = field(default_factory=dict)  # rtol/atol elementwise, or norm (whole tensor)
     #: for a contract with more than one right answer: the problem with the ranks' outputs ("" when
     #: right), decided in the session instead of comparing with ``expected``
     judge: Callable[[list[dict[str, Any]]], str] | None = None
@@ -184,6 +184,21 @@ class AssignmentPack:
     #: student module -> the submission files that may hold it, first preferred (HW12's notebook, or
     #: the same notebook exported as a script); by default the module's path (``file_of``)
     files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: session side, after a case passed the engine's checks: ``judge(case, prepared, replies, messages)``
+    #: with every rank's reply tensors and the point-to-point messages measured on the wire in the order
+    #: they crossed it (``(src, dst, bytes)``; None when the traffic was not measured).  Returns None, or
+    #: (verdict value, message) for what only the assignment knows to check (a pipeline schedule's order)
+    judge: (
+        Callable[[Case, Prepared, list[dict[str, Any]], list[tuple[int, int, int]] | None], tuple[str, str] | None]
+        | None
+    ) = None
+    #: session side: notes for the student about how the hand-in was read (where each snippet of a report
+    #: was placed), from the submission's files and never by running them; scoring adds them to the result
+    feedback: Callable[[Path], list[str]] | None = None
+    #: session side, before a case runs: ``case_data(case, submission root)`` -> params added to the
+    #: case's for its ranks, made from the submission's files without running them (a report's snippets
+    #: spliced into the grader's starter, so that the rank is sent code, never the grader's answers)
+    case_data: Callable[[Case, Path], dict[str, Any]] | None = None
     search_path: tuple[str, ...] = ()  # where a pack found by module path was imported from
 
     def case_ids(self) -> list[str]:

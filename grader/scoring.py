@@ -209,11 +209,23 @@ def score(
         notes=[
             check_advice(submission_root, rubric.deliverables[a.deliverable].any_of, a.title, a.expect)
             for a in rubric.advice
-        ],
+        ]
+        + _pack_feedback(rubric, submission_root),
         trace={scorer.display(c.id): c.trace for c in scorer.cases.values() if c.trace is not None},
         isolation=dict(isolation or {}),
         timings=dict(timings or {}),
     )
+
+
+def _pack_feedback(rubric: Rubric, submission_root: Path) -> list[str]:
+    """The pack's notes on how it read the hand-in (a report's snippets and where they went)."""
+    from grader.pack import load_pack
+
+    try:
+        pack = load_pack(rubric.assignment.pack)
+    except UserError:  # a rubric validated against case ids it was given, with no pack installed
+        return []
+    return [] if pack.feedback is None else pack.feedback(submission_root)
 
 
 def _status(points: float, max_points: float) -> ItemStatus:

@@ -40,6 +40,7 @@ HOSTILE=(
     "side_channels=-"            # UDP, empty datagrams, IP options/TOS, other loopback addresses, urgent data
     "flood_hidden_all_to_all=-"  # floods the loopback, then a forbidden all_to_all through another module's attribute
     "thread_outlives_case=-"     # a spinning thread left behind by every my_allgather
+    "a5_steal_q8_answer=-"     # A5: a Q8 snippet that looks for the grader's Q8 answer (modules, frames, gc, disk)
 )
 REFERENCE=reference/a9  # its tasks must earn max_score, and some bonus on top
 COMMIT_TIME=2026-01-05T12:00:00+00:00  # the reference's commit, as results.json must report it with --trust-commit-time
@@ -97,10 +98,12 @@ GIT_AUTHOR_DATE=$COMMIT_TIME GIT_COMMITTER_DATE=$COMMIT_TIME \
     git -C "$repo" -c user.name=ci -c user.email=ci@localhost commit -qm reference
 grade reference "$repo" max --trust-commit-time
 grade naive reference/a9-naive 100  # the star algorithms: full marks and no bonus, under this backend too
-# The image holds both packs: A4's reference, handed in as the handout asks (one zip), graded by --pack.
+# The image holds every pack: A4's reference, handed in as the handout asks (one zip), graded by --pack.
 a4zip=$(mktemp -d /tmp/ci-container-stage-a4.XXXXXX)/handin.zip
 "$PYTHON" -c 'import shutil, sys; shutil.make_archive(sys.argv[1][:-4], "zip", sys.argv[2])' "$a4zip" reference/a4
 grade a4 "$a4zip" 100 --pack a4
+# A5's hand-in is one report.md: 90 automatic points, Q1's 10 wait for an instructor (pending_review).
+grade a5 reference/a5 90 --pack a5
 built=()  # submissions made by a make.py: removed at the end, after the checks looked beside them
 for entry in "${HOSTILE[@]}"; do
     name=${entry%%=*}

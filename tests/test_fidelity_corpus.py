@@ -3,11 +3,13 @@
 Each entry in ``tests/corpus/fidelity/<name>/expected.json`` is a reference (``base``) with a
 small edit (``patch``: ``[old, new]`` pairs per file; ``answers_patch`` for the written answers, or
 ``answers_file`` to replace them; ``replace``: a file of the base -> the entry's own file handed in
-instead), the exact item scores its pack's default rubric must give it (``pack``, ``a9`` unless
-named; the ``a4_*`` entries are Assignment 4's, the ``hw12_*`` HW12's), and ``why``: what the
-handout says about that submission.  Solutions written the way the handout suggests earn full
-marks; side components, cheats, hard-coded world sizes, Task 1 bugs seen again in Task 2, hedged
-written answers and Assignment 4's classic mistakes each earn what the handout says, and no more.
+instead, as HW12's export is; ``files``: submission path -> a file of the entry that replaces it, as
+the ``a5_*`` reports do), the exact item scores its pack's default rubric must give it (``pack``,
+``a9`` unless named; the ``a4_*`` entries are Assignment 4's, the ``hw12_*`` HW12's, the ``a5_*``
+Assignment 5's), and ``why``: what the handout says about that submission.  Solutions written the
+way the handout suggests earn full marks; side components, cheats, hard-coded world sizes, Task 1
+bugs seen again in Task 2, hedged written answers and Assignment 4's classic mistakes each earn what
+the handout says, and no more.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ def build(entry: Path, spec: dict[str, Any], dest: Path) -> Path:
     for name, instead in spec.get("replace", {}).items():  # a file handed in another form (HW12's export)
         (dest / name).unlink()
         shutil.copy(entry / instead, dest / instead)
+    for name, source in spec.get("files", {}).items():
+        shutil.copy(entry / source, dest / name)
     return dest
 
 

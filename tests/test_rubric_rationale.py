@@ -17,9 +17,9 @@ import pytest
 from grader.rubric import CasesScoring, DeliverableScoring, Rubric, TraceScoring, WrittenScoring, load_rubric
 
 REPO = Path(__file__).resolve().parents[1]
-PACKS = ("a9", "a4", "hw12")
+PACKS = ("a9", "a4", "hw12", "a5")
 #: at least this many quoted sentences per pack: a rationale that quotes little says little
-QUOTES = {"a9": 20, "a4": 10, "hw12": 15}
+QUOTES = {"a9": 20, "a4": 10, "hw12": 15, "a5": 10}
 
 
 def rationale(pack: str) -> str:

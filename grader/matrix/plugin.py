@@ -137,6 +137,8 @@ class MatrixSession:
                 decision = verdicts.Decision(Verdict.NOT_PARALLEL, str(exc))
             else:
                 decision = verdicts.decide(case, prepared, run, self._allowed(case))
+                if decision.verdict is Verdict.PASS and self.pack.judge is not None:
+                    decision = verdicts.judged(decision, self.pack.judge(case, prepared, *verdicts.measured(run)))
                 self._remember_import_failure(module, decision, run)
         self._learn(case, decision.verdict)
         record("verdict", decision.verdict.value)
@@ -210,6 +212,8 @@ class MatrixSession:
         trusted = self._trusted(case)
         if trusted:  # one defect is charged once: the grader's own versions stand in for failed functions
             params = {**params, "trusted": trusted}
+        if self.pack.case_data is not None:
+            params = {**params, **self.pack.case_data(case, self.sandbox)}
         header = {
             "kind": case.kind,
             "module": self.pack.module_to_import(case.kind),

@@ -40,7 +40,8 @@ _STATUS_VERDICT = {
     "import_error": Verdict.IMPORT_ERROR,
     "bad_return": Verdict.WRONG,
 }
-_CAUSE_ORDER = {"signaled": 0, "exited": 1, "wire_error": 2, "no_reply": 3, "exception": 4}
+#: a rank that raised explains the peers still waiting for it when the case ended ("no_reply")
+_CAUSE_ORDER = {"signaled": 0, "exited": 1, "wire_error": 2, "exception": 3, "no_reply": 4}
 _PRECEDENCE = [
     Verdict.TAMPERING,
     Verdict.FORBIDDEN,
@@ -118,6 +119,20 @@ def _decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str
     return Decision(Verdict.PASS, "", trace)
 
 
+def measured(run: CaseRun) -> tuple[list[dict[str, torch.Tensor]], list[tuple[int, int, int]] | None]:
+    """Every rank's reply tensors and the messages measured on the wire, in order (None unmeasured):
+    what a pack's ``judge`` decides from."""
+    order = run.traffic.order if run.traffic is not None and not run.traffic.lost else None
+    return [rep.tensors for rep in run.ranks], order
+
+
+def judged(decision: Decision, verdict: tuple[str, str] | None) -> Decision:
+    """A passing decision, or the pack judge's verdict on it (an unknown verdict is the pack's bug)."""
+    if verdict is None:
+        return decision
+    return Decision(Verdict(verdict[0]), verdict[1], decision.trace, decision.details)
+
+
 def threads_left(run: CaseRun) -> str:
     """What the case left running in a rank's process ("" when nothing): its group was replaced."""
     if not run.threads_left:
@@ -183,7 +198,8 @@ def _communicated(run: CaseRun) -> bool:
 
 
 def compare(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], tol: dict[str, float]) -> str:
-    """'' when equal within tolerance, else what differs, in the words a student needs."""
+    """'' when equal within tolerance (elementwise ``rtol``/``atol``, or ``norm``: the relative error of
+    the whole tensor), else what differs, in the words a student needs."""
     for name, want in expected.items():
         label = "the result" if name == "out" else ("the argument after the call" if name == "arg" else name)
         if name not in got:
@@ -196,6 +212,16 @@ def compare(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], tol
         if have.numel() == 0:
             continue
         a, b = have.double(), want.double()
+        if "norm" in tol:  # relative to the whole tensor: one element across a ReLU's kink is not an error
+            relative = float((a - b).norm() / b.norm().clamp_min(1e-300))
+            if relative <= tol["norm"]:  # NaN is never within
+                continue
+            bad = ~torch.isclose(a, b, rtol=tol["norm"], atol=0.0, equal_nan=False)
+            index = tuple(int(i) for i in bad.nonzero()[0].tolist()) if bool(bad.any()) else (0,) * a.dim()
+            return (
+                f"{label} differs: relative error {relative:.3g} (||got - expected|| / ||expected||, at most "
+                f"{tol['norm']:g}); first at index {index}: expected {_num(want[index])}, got {_num(have[index])}"
+            )
         bad = ~torch.isclose(a, b, rtol=tol.get("rtol", 0.0), atol=tol.get("atol", 0.0), equal_nan=False)
         if bool(bad.any()):
             err = (a - b).abs().nan_to_num(nan=float("inf"))

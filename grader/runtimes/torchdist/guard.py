@@ -387,11 +387,12 @@ def _trace_point_to_point(guard: Guard) -> None:
         del wrapper.__wrapped__
         return wrapper
 
-    for module in (dist, c10d):
-        for op in ("send", "recv"):
-            setattr(module, op, traced(op, getattr(c10d, op), blocking=True, method=False))
-        for op in ("isend", "irecv"):
-            setattr(module, op, traced(op, getattr(c10d, op), blocking=False, method=False))
+    # one wrapper per function, bound under both names: ``P2POp`` accepts only ``c10d.isend``/``irecv``
+    # themselves, and students build it with ``dist.isend`` (batch_isend_irecv, A5's pipeline_communicate)
+    for op, blocking in (("send", True), ("recv", True), ("isend", False), ("irecv", False)):
+        wrapped = traced(op, getattr(c10d, op), blocking=blocking, method=False)
+        for module in (dist, c10d):
+            setattr(module, op, wrapped)
     for cls in _p2p_classes():
         for name, op in (("send", "isend"), ("recv", "irecv"), ("recv_anysource", "irecv")):
             if name in vars(cls):

@@ -80,6 +80,9 @@ class Traffic:
     pairs: dict[tuple[int, int], PairTraffic] = field(default_factory=dict)
     foreign: list[str] = field(default_factory=list)  # traffic no recorded call can explain
     lost: str = ""
+    #: every point-to-point message as (src, dst, payload bytes), in the order its first bytes were
+    #: captured: a message sent after another was received comes after it (the order of a schedule)
+    order: list[tuple[int, int, int]] = field(default_factory=list)
 
     def unexplained(self, why: str) -> None:
         """Record traffic no recorded call can explain (the first ``MAX_FOREIGN`` reasons)."""
@@ -233,6 +236,7 @@ class _Stream:
             if slot < P2P_SLOTS:
                 pair.messages += 1
                 pair.bytes += length
+                traffic.order.append((self.src, self.dst, length))
             else:
                 name = COLLECTIVE_PREFIXES.get(slot >> 56, f"collective with slot prefix {slot >> 56:#x}")
                 pair.collectives[name] = pair.collectives.get(name, 0) + 1

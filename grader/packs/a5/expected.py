@@ -1,0 +1,94 @@
+"""Session side: the trusted baseline of Assignment 5, what every rank must return, and the judge of
+what only the assignment knows (Q2's, Q5's, Q6's answers; the checks of Q9 and Q10; the schedule).
+
+The weights are drawn so that every layer's signal survives the stack (fc1 ~ N(0, 2/hidden), He
+for the ReLU; fc2 ~ N(0, 1/intermediate)): at ``nn.Linear``'s default initialisation twelve layers
+shrink the outputs to about 1e-8 and any comparison passes wrong code (the course's README).  The
+input is the starter's own ``torch.rand`` after ``torch.manual_seed(seed)``, for a seed drawn from
+the grading's salt; the baseline is computed here in float64, never by a rank.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from grader.pack import Case, Prepared
+
+#: float32 ranks against a float64 baseline, each tensor as a whole: a pre-activation within rounding of
+#: zero may cross the ReLU's kink in one and not the other, which moves single gradient elements by
+#: percents but the tensor by far less; every wrong schedule or loss is off by tens of percent
+TOLERANCE = {"norm": 1e-3}
+
+
+def own_layers(layers: int, stage: int, stages: int) -> list[int]:
+    """The contiguous, balanced split the grader's own ``distribute_layers`` gives (layers divide here)."""
+    per = layers // stages
+    return list(range(stage * per, (stage + 1) * per))
+
+
+def _weights(case: Case, salt: str) -> tuple[torch.Tensor, torch.Tensor]:
+    p = case.params
+    gen = torch.Generator().manual_seed(case.seed(salt))
+    layers, hidden, inter = p["number_of_layers"], p["hidden_size"], p["intermediate_size"]
+    w1 = torch.randn(layers, inter, hidden, generator=gen) * math.sqrt(2 / hidden)
+    w2 = torch.randn(layers, hidden, inter, generator=gen) * math.sqrt(1 / inter)
+    return w1, w2
+
+
+def _input_seed(case: Case, salt: str) -> int:
+    return case.seed(salt) % (1 << 31)
+
+
+def baseline(case: Case, salt: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(outputs per micro-batch, fc1 and fc2 weight gradients per layer) of the whole model, with the
+    fake loss ``output.mean()`` per micro-batch, gradients summed over the micro-batches."""
+    p = case.params
+    w1, w2 = (w.double().requires_grad_(True) for w in _weights(case, salt))
+    gen = torch.Generator().manual_seed(_input_seed(case, salt))
+    data = torch.rand((p["global_batch_size"], p["sequence_length"], p["hidden_size"]), generator=gen)
+    outputs = []
+    for batch in torch.split(data.double(), p["micro_batch_size"]):
+        x = batch
+        for i in range(p["number_of_layers"]):
+            x = torch.relu(x @ w1[i].T) @ w2[i].T
+        outputs.append(x.detach())
+        x.mean().backward()
+    assert w1.grad is not None and w2.grad is not None
+    return torch.stack(outputs).float(), w1.grad.float(), w2.grad.float()
+
+
+def prepare(case: Case, salt: str) -> Prepared:
+    ws, p = case.world_size, case.params
+    seed = torch.tensor(_input_seed(case, salt))
+    if case.kind in ("q2", "q5"):
+        return Prepared([{} for _ in range(ws)], [{} for _ in range(ws)])
+    w1, w2 = _weights(case, salt)
+    sent = {"seed": seed, "w1": w1, "w2": w2}
+    act_bytes = p["micro_batch_size"] * p["sequence_length"] * p["hidden_size"] * 4
+    if case.kind in ("q6", "q9", "q10"):
+        return Prepared([dict(sent) for _ in range(ws)], [{} for _ in range(ws)], act_bytes)
+    if case.kind == "q3":
+        shape = torch.tensor([p["micro_batch_size"], p["sequence_length"], p["hidden_size"]])
+        return Prepared([sent], [{"tensor_shapes": shape}], act_bytes)
+    out, g1, g2 = baseline(case, salt)
+    if case.kind == "q4":
+        return Prepared([sent], [{"out": out, "grad_fc1": g1, "grad_fc2": g2}], act_bytes, TOLERANCE)
+    inputs, expected = [], []
+    for stage in range(ws):  # each stage holds its own layers' weights only
+        own = own_layers(p["number_of_layers"], stage, ws)
+        mask = torch.full((p["number_of_layers"],), True)
+        mask[own] = False
+        inputs.append(
+            {
+                "seed": seed,
+                "w1": w1.masked_fill(mask[:, None, None], float("nan")),
+                "w2": w2.masked_fill(mask[:, None, None], float("nan")),
+            }
+        )
+        want = {"grad_fc1": g1[own], "grad_fc2": g2[own]}
+        if stage == ws - 1:
+            want["out"] = out
+        expected.append(want)
+    return Prepared(inputs, expected, act_bytes, TOLERANCE)

@@ -1,0 +1,125 @@
+"""Session side: what only Assignment 5 knows to check, decided from the ranks' answers and the wire.
+
+Called after a case passed the engine's checks (no crash, hang or tampering; the values that have
+an expected tensor equal it).  Every expectation is computed here from the case's parameters; a
+rank's reply is only its answer (did the assertion raise, which layers, does it hold a dataloader).
+The schedule is read from the point-to-point messages in the order they crossed the wire.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grader.pack import Case, Prepared
+
+Verdict = tuple[str, str] | None
+
+
+def _flags(reply: dict[str, Any], name: str) -> list[int]:
+    value = reply.get(name)
+    return [] if value is None else [int(v) for v in value.reshape(-1).tolist()]
+
+
+def _assertions(case: Case, replies: list[dict[str, Any]]) -> Verdict:
+    raised = _flags(replies[0], "raised")
+    for (pp, batch, micro, layers), got in zip(case.params["args"], raised, strict=False):
+        unbalanced, few = layers % pp != 0, batch // micro < pp
+        args = f"pp={pp}, number_of_layers={layers}, global_batch_size={batch}, micro_batch_size={micro}"
+        if got and not (unbalanced or few):
+            return "wrong", f"the assertions fail for arguments that meet both conditions ({args})"
+        if not got and unbalanced:
+            return "wrong", f"the assertions let an unbalanced pipeline through ({args}: layers do not divide)"
+        if not got and few:
+            return "wrong", f"the assertions let too few micro-batches through ({args}: fewer than the stages)"
+    if len(raised) != len(case.params["args"]):
+        return "wrong", "the run answered for fewer argument sets than it was given"
+    return None
+
+
+def _distribution(case: Case, replies: list[dict[str, Any]]) -> Verdict:
+    flat = iter(_flags(replies[0], "layers"))
+    for layers, stages in case.params["pairs"]:
+        split = []
+        for _ in range(stages):
+            count = next(flat, 0)
+            split.append([next(flat, -1) for _ in range(count)])
+        where = f"distribute_layers({layers} layers, {stages} stages)"
+        joined = [i for stage in split for i in stage]
+        if sorted(joined) != list(range(layers)):
+            return "wrong", f"{where} gives {split}: every layer must be in exactly one stage"
+        if joined != list(range(layers)):
+            return "wrong", f"{where} gives {split}: each stage's layers must be contiguous and in order"
+        sizes = [len(stage) for stage in split]
+        if max(sizes) - min(sizes) > 1:
+            return "wrong", f"{where} gives stages of {sizes} layers: not as evenly as possible"
+    return None
+
+
+def _dataloader(case: Case, replies: list[dict[str, Any]]) -> Verdict:
+    reads = [(_flags(r, "reads") or [0])[0] for r in replies]
+    if reads != [1] + [0] * (len(reads) - 1):
+        have = [stage for stage, r in enumerate(reads) if r]
+        return "wrong", f"stages {have} hold a dataloader; only the first stage (stage 0) needs one"
+    return None
+
+
+def _schedule(case: Case, messages: list[tuple[int, int, int]] | None) -> Verdict:
+    """All forward, then all backward, between neighbours only, one activation per micro-batch."""
+    if messages is None:  # not measured (no root): the values were checked, the order cannot be
+        return None
+    p = case.params
+    stages, count = case.world_size, p["global_batch_size"] // p["micro_batch_size"]
+    size = p["micro_batch_size"] * p["sequence_length"] * p["hidden_size"] * 4
+    if not messages:
+        return "not_parallel", "no stage sent a single message: the stages did not communicate"
+    for src, dst, nbytes in messages:
+        if abs(src - dst) != 1:
+            return "wrong", f"stage {src} sent stage {dst} a message: stages talk to their neighbours only"
+        if nbytes != size:
+            return "wrong", f"stage {src} sent stage {dst} {nbytes} bytes; one micro-batch's activation is {size}"
+    for stage in range(stages - 1):
+        forward = [i for i, (s, d, _) in enumerate(messages) if (s, d) == (stage, stage + 1)]
+        backward = [i for i, (s, d, _) in enumerate(messages) if (s, d) == (stage + 1, stage)]
+        if len(forward) != count or len(backward) != count:
+            return "wrong", (
+                f"stage {stage} sent stage {stage + 1} {len(forward)} activations and got {len(backward)} "
+                f"gradients back; {count} micro-batches need {count} of each"
+            )
+        early = sum(1 for i in forward if i < backward[0])
+        if early < count:
+            return "wrong", (
+                f"not all-forward-then-all-backward: stage {stage + 1} sent a gradient back to stage {stage} "
+                f"after only {early} of the {count} forward activations"
+            )
+    return None
+
+
+def _check(case: Case, replies: list[dict[str, Any]]) -> Verdict:
+    """The check must pass on the right results and fail where the grader made them wrong."""
+    runs = [[*_flags(r, "raised"), 0, 0][:2] for r in replies]
+    what = "output" if case.kind == "q9" else "gradient"
+    alarms = [stage for stage, (right, _) in enumerate(runs) if right]
+    if alarms:
+        return "wrong", f"the check fails on stage {alarms[0]} although every {what} is right"
+    stages = [case.world_size - 1] if case.kind == "q9" else list(range(case.world_size))
+    missed = [stage for stage in stages if not runs[stage][1]]
+    if missed:
+        which = "the last micro-batch's output" if case.kind == "q9" else "the fc2 gradient of the stage's last layer"
+        return "wrong", f"the check passes on stage {missed[0]} although the grader made {which} wrong"
+    return None
+
+
+def judge(
+    case: Case, prepared: Prepared, replies: list[dict[str, Any]], messages: list[tuple[int, int, int]] | None
+) -> Verdict:
+    if case.kind == "q2":
+        return _assertions(case, replies)
+    if case.kind == "q5":
+        return _distribution(case, replies)
+    if case.kind == "q6":
+        return _dataloader(case, replies)
+    if case.kind in ("q7", "q8"):
+        return _schedule(case, messages)
+    if case.kind in ("q9", "q10"):
+        return _check(case, replies)
+    return None

@@ -1,0 +1,73 @@
+"""Assignment 5 as the engine sees it: the :class:`~grader.pack.AssignmentPack` named ``a5``.
+
+Session side only (the zygote imports ``grader.packs.a5.bodies`` and nothing of this module).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from grader.pack import AssignmentPack, Case, Prepared, bundled_rubric
+from grader.packs.a5 import catalog
+
+HERE = Path(__file__).resolve().parent
+REPORT = "report.md"
+
+
+def _prepare(case: Case, salt: str) -> Prepared:
+    from grader.packs.a5 import expected  # torch: only a grading needs it, not `grader rubric validate`
+
+    return expected.prepare(case, salt)
+
+
+def _judge(case: Case, prepared: Prepared, replies: list[dict[str, Any]], messages: Any) -> tuple[str, str] | None:
+    from grader.packs.a5.judge import judge
+
+    return judge(case, prepared, replies, messages)
+
+
+def _case_data(case: Case, root: Path) -> dict[str, Any]:
+    """The program the case's ranks run: the report read and spliced here, in the session, so that the
+    grader's answer to the question the case grades never reaches a rank (``splice.program``)."""
+    from grader.packs.a5.splice import program
+
+    path = root / REPORT
+    text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+    return program(text, case.kind.upper())
+
+
+def feedback(root: Path) -> list[str]:
+    """Per code question, what the report holds and where the grader placed it, or why it could not.
+    Reads and parses the report only (its code runs in the ranks, never here)."""
+    from grader.handin.report import read_report
+    from grader.packs.a5.splice import splice
+
+    path = root / REPORT
+    if not path.is_file():
+        return [f"{REPORT} is missing: no snippet was placed"]
+    report = read_report(path.read_text(encoding="utf-8", errors="replace"))
+    spliced = splice(report)
+    notes = [f"{REPORT}: {problem}" for problem in report.problems]
+    for question, placement in spliced.placements.items():
+        status = "placed" if placement.placed else "NOT placed"
+        notes.append(f"{question} {status}: {placement.message}")
+    return notes
+
+
+PACK = AssignmentPack(
+    id="a5",
+    title="Assignment 5 — Pipeline Parallelism (all forward, all backward)",
+    rubric=bundled_rubric("a5"),
+    test_file=HERE / "test_a5.py",
+    bodies="grader.packs.a5.bodies",
+    cases=catalog.all_cases,
+    prepare=_prepare,
+    module_of={kind: "report" for kind in catalog.FUNCTION_OF},
+    function_of=catalog.FUNCTION_OF,
+    imports=False,  # a report is read, never imported: the bodies splice its snippets into the starter
+    files={"report": (REPORT,)},
+    judge=_judge,
+    feedback=feedback,
+    case_data=_case_data,
+)

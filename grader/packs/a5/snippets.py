@@ -1,0 +1,157 @@
+"""A report's code blocks as Python statements ready to splice: parsed leniently, GPU idioms mapped.
+
+Students write their snippets for the course's GPU nodes and in every shape: a whole function, a
+loop, the lines of a ``# TODO``, a lone ``if cond:`` line.  This module turns the code blocks under
+one question into statements the grader's CPU/Gloo ranks can run, or says why it cannot.  It only
+parses (``ast``): nothing here executes a snippet.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import textwrap
+from dataclasses import dataclass
+
+from grader.handin.report import CodeBlock
+
+#: info strings that say a block is not Python (output, shell, a shape written as text is still tried)
+NOT_PYTHON = {
+    "answers",
+    "bash",
+    "sh",
+    "shell",
+    "console",
+    "output",
+    "text",
+    "txt",
+    "plain",
+    "log",
+    "json",
+    "yaml",
+    "markdown",
+}
+_CUDA_DEVICE = re.compile(r"^cuda(:\d+)?$")
+_HALF = {"bfloat16", "float16", "half", "bf16"}
+#: torch.cuda calls that do nothing on CPU: synchronising, choosing or seeding a device
+_CUDA_NO_OPS = {"synchronize", "set_device", "empty_cache", "manual_seed", "manual_seed_all"}
+
+
+@dataclass
+class Parsed:
+    statements: list[ast.stmt]
+    lines: list[int]  # report lines of the blocks used
+    problem: str = ""  # why nothing usable was found ("" when statements were)
+    note: str = ""  # blocks left out, said to the student
+
+
+class CpuMapped(ast.NodeTransformer):
+    """GPU idioms of the handout's setting, rewritten for the grader's CPU ranks: ``x.cuda()`` is
+    ``x``; ``"cuda"``/``"cuda:0"`` is ``"cpu"``; ``.to(local_rank)`` (a device index) is dropped;
+    ``torch.cuda.synchronize()`` and friends are ``None``; NCCL is Gloo; bf16 and fp16 are float32."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "cuda" and not node.keywords:
+            return func.value  # tensor.cuda(), model.cuda(device)
+        if isinstance(func, ast.Attribute) and func.attr == "to" and len(node.args) == 1 and not node.keywords:
+            arg = node.args[0]
+            is_index = isinstance(arg, ast.Constant) and isinstance(arg.value, int)
+            if is_index or (isinstance(arg, ast.Name) and arg.id in ("local_rank", "rank")):
+                return func.value
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr in _CUDA_NO_OPS
+            and isinstance(func.value, ast.Attribute)
+            and func.value.attr == "cuda"
+        ):
+            return ast.Constant(None)
+        return node
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        if isinstance(node.value, str) and _CUDA_DEVICE.match(node.value):
+            return ast.Constant("cpu")
+        if node.value == "nccl":
+            return ast.Constant("gloo")
+        return node
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.AST:
+        first = node.values[0] if node.values else None
+        if isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value.startswith("cuda"):
+            return ast.Constant("cpu")  # f"cuda:{local_rank}"
+        return self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        self.generic_visit(node)
+        if node.attr in _HALF and isinstance(node.value, ast.Name) and node.value.id == "torch":
+            return ast.copy_location(ast.Attribute(node.value, "float32", node.ctx), node)
+        return node
+
+
+def _completed(source: str) -> str:
+    """A lone header line (``if cond:``, ``for x in y:``) given a body, so that it parses."""
+    lines = source.rstrip().splitlines()
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        out.append(line)
+        stripped = line.split("#", 1)[0].rstrip()
+        if stripped.endswith(":"):
+            indent = len(line) - len(line.lstrip())
+            following = next((ln for ln in lines[i + 1 :] if ln.strip()), None)
+            if following is None or len(following) - len(following.lstrip()) <= indent:
+                out.append(" " * indent + "    pass")
+    return "\n".join(out) + "\n"
+
+
+def parse_block(text: str) -> tuple[list[ast.stmt] | None, str]:
+    """A block's statements with GPU idioms mapped, or None and why it does not parse."""
+    source = textwrap.dedent(text.replace("\t", "    "))
+    source = "\n".join(line[4:] if line.startswith(">>> ") else line for line in source.splitlines())
+    error: SyntaxError | None = None
+    for attempt in (source, _completed(source)):
+        try:
+            tree = ast.parse(attempt)
+        except SyntaxError as exc:
+            error = error or exc
+            continue
+        except (ValueError, RecursionError, MemoryError) as exc:  # a NUL byte, absurd nesting
+            return None, f"does not parse ({type(exc).__name__})"
+        mapped = CpuMapped().visit(tree)
+        ast.fix_missing_locations(mapped)
+        return list(mapped.body), ""
+    assert error is not None
+    return None, f"does not parse: line {error.lineno}: {error.msg}"
+
+
+def parse_blocks(blocks: list[CodeBlock]) -> Parsed:
+    """Every Python block of one answer, in order, as one list of statements."""
+    statements: list[ast.stmt] = []
+    used: list[int] = []
+    skipped: list[str] = []
+    for block in blocks:
+        if block.info.split(" ")[0].lower() in NOT_PYTHON:
+            continue
+        parsed, problem = parse_block(block.text)
+        if parsed is None:
+            skipped.append(f"the block at line {block.line} {problem}")
+            continue
+        for stmt in parsed:  # report lines, so that a traceback points into the report
+            ast.increment_lineno(stmt, block.line)
+            stmt.a5_report = True  # type: ignore[attr-defined]
+        statements.extend(parsed)
+        used.append(block.line)
+    if not statements:
+        empty = "its code block holds no code, only comments" if used else "no code block found"
+        problem = "; ".join(skipped) if skipped else empty
+        return Parsed([], [], problem)
+    return Parsed(statements, used, note=("; ".join(skipped) + ", left out") if skipped else "")
+
+
+def same(a: ast.AST, b: ast.AST) -> bool:
+    """The same code, whatever its formatting and comments."""
+    return ast.dump(a) == ast.dump(b)
+
+
+def defines(statements: list[ast.stmt], name: str) -> list[ast.FunctionDef]:
+    return [s for s in statements if isinstance(s, ast.FunctionDef) and s.name == name]

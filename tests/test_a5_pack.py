@@ -1,0 +1,110 @@
+"""Assignment 5 on the engine (issue 26): a Markdown report's snippets, run in the grader's ranks.
+
+The reference report earns every automatic point (Q1 waits for an instructor); a report whose
+pipeline_communicate deadlocks is a hang that names each stage's waiting call, within seconds; a
+stage that runs the whole model fails whatever its numbers, since it holds only its own layers'
+weights; and every output format carries the per-question placement notes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grader.cli import main
+from grader.pack import load_pack
+from grader.pipeline import grade
+from grader.results import ItemStatus, Verdict
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "reference" / "a5"
+pytestmark = pytest.mark.slow
+
+
+def test_the_reference_report_earns_every_automatic_point(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["grade", str(REFERENCE), "--pack", "a5", "--out", str(out)]) == 0
+    result = json.loads((out / "results.json").read_text())
+    assert result["score"] == 90  # Q1's 10 points wait for an instructor
+    assert all(case["verdict"] == "pass" for case in result["cases"]), result["cases"]
+    items = {item["id"]: item for task in result["tasks"] for item in task["items"]}
+    assert items["q1_seeding.explanation"]["status"] == ItemStatus.PENDING_REVIEW.value
+    assert sum("placed:" in note for note in result["notes"]) == 9
+    for name in ("summary.md", "gradescope.json", "classroom.json", "junit.xml"):
+        assert (out / name).is_file()
+    assert "Q8 placed" in (out / "summary.md").read_text()
+
+
+BROKEN = {
+    # Q7: stage 1 never sends a gradient back, so stage 0 waits for it forever
+    "    elif operation == 'send_backward':\n        if pp_is_first_stage: return\n": (
+        "    elif operation == 'send_backward':\n        if pp_rank <= 1: return\n"
+    ),
+    # Q8: every stage runs the whole model on whatever it has
+    "    output = model_stage(stage_input)\n": "    output = model(stage_input)\n",
+}
+
+
+def test_a_deadlock_is_a_hang_naming_each_stage_and_the_whole_model_on_a_stage_fails(tmp_path: Path) -> None:
+    submission = tmp_path / "report"
+    shutil.copytree(REFERENCE, submission)
+    text = (submission / "report.md").read_text()
+    for old, new in BROKEN.items():
+        assert text.count(old) == 1
+        text = text.replace(old, new)
+    (submission / "report.md").write_text(text)
+    result = grade(submission, load_pack("a5").rubric)
+    cases = {case.id: case for case in result.cases}
+    hung = cases["test_communicate[pp2-l4-b8-m2]"]
+    assert hung.verdict is Verdict.HANG
+    assert hung.message.startswith("likely deadlock"), hung.message  # found in seconds, not at the time limit
+    assert "rank 0 waits in" in hung.message and "src=1" in hung.message
+    whole = cases["test_pipelined[pp2-l4-b8-m2]"]
+    assert whole.verdict is Verdict.WRONG and "NaN" in whole.message
+    items = {item.id: item.score for item in result.items()}
+    assert items["q7_communicate.code"] == 0 and items["q8_pipelined.code"] == 0
+    assert items["q4_baseline.code"] == 12 and items["q10_gradient_check.code"] == 6  # charged once
+
+
+def test_a_rank_holds_no_session_module_and_no_answer_of_the_grader() -> None:
+    """The zygote preloads the rank side (the bodies and the statements' decoder) and nothing of the
+    session's: no reader, splicer, catalog, baseline or judge, and no line of the grader's answers
+    (``solution.md``): a case is sent its program, with the graded question's answer left out."""
+    import subprocess
+    import sys
+
+    from grader.sandbox import isolation
+
+    answers = (ROOT / "grader" / "packs" / "a5" / "solution.md").read_text()
+    marker = "stage_input = next(train_dl_iterator).to(device_id)"  # a line of the grader's Q8 answer
+    assert marker in answers
+    code = (
+        "import gc, json, sys\n"
+        "from grader.runtimes.torchdist import zygote\n"
+        "zygote._preload('grader.packs.a5.bodies')\n"
+        "def texts(o):\n"  # the strings a container or an object's attributes hold
+        "    try:\n"
+        "        o = o if isinstance(o, (dict, list, tuple, set)) else object.__getattribute__(o, '__dict__')\n"
+        "    except (AttributeError, TypeError):\n"
+        "        return []\n"
+        "    values = o.values() if isinstance(o, dict) else o if isinstance(o, (list, tuple, set)) else ()\n"
+        "    return [v for v in values if isinstance(v, str)]\n"
+        f"m = bytes.fromhex({marker.encode().hex()!r}).decode()\n"  # not the line itself, in this code
+        "held = any(m in s and s is not m for o in gc.get_objects() for s in texts(o))\n"
+        "print(json.dumps([held, sorted(m for m in sys.modules if m.startswith('grader.packs.a5'))]))\n"
+    )
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    held, loaded = json.loads(done.stdout)
+    assert set(loaded) == {"grader.packs.a5", "grader.packs.a5.bodies", "grader.packs.a5.tree"}
+    assert not held, "a line of the grader's answers is in a rank's memory"
+    hidden = isolation.default_hide()  # nor on a rank's disk: the package is covered by an empty folder
+    assert any((ROOT / "grader" / "packs" / "a5" / "solution.md").resolve().is_relative_to(h) for h in hidden)
+
+
+def test_the_report_form_earns_nothing_and_says_why_per_question(tmp_path: Path) -> None:
+    result = grade(ROOT / "student_template" / "a5", load_pack("a5").rubric)
+    assert result.score == 0
+    assert sum("NOT placed" in note for note in result.notes) >= 7
