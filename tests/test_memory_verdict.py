@@ -8,7 +8,7 @@ from pathlib import Path
 from grader.matrix.verdicts import decide
 from grader.pack import Case, Prepared
 from grader.results import Verdict
-from grader.runtimes.torchdist.launcher import CaseRun, RankReport
+from grader.runtimes.torchdist.runs import CaseRun, RankReport
 from grader.sandbox.cgroups import GroupCgroups
 
 CASE = Case("test_x", "ws2", 2, "x")

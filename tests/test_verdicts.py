@@ -14,8 +14,9 @@ from grader.matrix import plugin, verdicts
 from grader.pack import Case, Prepared
 from grader.results import Verdict
 from grader.runtimes.torchdist import launcher
-from grader.runtimes.torchdist.launcher import CaseRun, GroupStartError, RankReport, clean
+from grader.runtimes.torchdist.launcher import GroupStartError
 from grader.runtimes.torchdist.replies import Claims
+from grader.runtimes.torchdist.runs import CaseRun, RankReport, clean
 from grader.runtimes.torchdist.traffic import Traffic
 
 CASE = Case("test_allreduce", "ws2", 2, "allreduce", {"must_communicate": True})
@@ -178,7 +179,8 @@ def test_a_group_that_fails_to_start_leaves_nothing_behind(tmp_path: Path, exc: 
     """Whatever fails while the ranks start, the group's directory (its FileStore, the ranks' scratch)
     is gone; resources running out is a start failure the session may try again."""
     from grader.limits import Limits
-    from grader.runtimes.torchdist.launcher import RankGroup, Sandboxing
+    from grader.runtimes.torchdist.launcher import RankGroup
+    from grader.runtimes.torchdist.session import Sandboxing
 
     group = RankGroup(2, tmp_path, Limits(), BrokenZygote(exc), Sandboxing(None), {})  # type: ignore[arg-type]
     with pytest.raises(GroupStartError if isinstance(exc, OSError) else RuntimeError):

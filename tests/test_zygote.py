@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from grader.pack import load_pack
-from grader.runtimes.torchdist.launcher import Zygote
+from grader.runtimes.torchdist.session import Zygote
 from grader.salt import SALT_ENV
 
 BODIES = load_pack("a9").bodies
@@ -73,7 +73,7 @@ def test_zygote_dies_with_its_session() -> None:
     """The session's death (however it comes) ends the zygote, and with it every group's leader."""
     code = (
         "import sys, time\n"
-        "from grader.runtimes.torchdist.launcher import Zygote\n"
+        "from grader.runtimes.torchdist.session import Zygote\n"
         f"z = Zygote({BODIES!r}); z.wait_ready(); print(z.proc.pid, flush=True); time.sleep(600)\n"
     )
     session = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

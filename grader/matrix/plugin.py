@@ -64,7 +64,7 @@ class MatrixSession:
         from grader.limits import Limits
         from grader.pack import load_pack
         from grader.runtimes.torchdist import portable
-        from grader.runtimes.torchdist.launcher import Sandboxing, Zygote, student_config
+        from grader.runtimes.torchdist.session import Sandboxing, Zygote, student_config
 
         self.config = config
         sys.path[:0] = [p for p in config.pack_path if p not in sys.path]

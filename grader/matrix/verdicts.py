@@ -25,7 +25,7 @@ import torch
 
 from grader.pack import Case, Prepared
 from grader.results import Verdict
-from grader.runtimes.torchdist.launcher import CaseRun, RankReport, explains
+from grader.runtimes.torchdist.runs import CaseRun, RankReport, explains
 
 _STATUS_VERDICT = {
     "forbidden": Verdict.FORBIDDEN,

@@ -20,7 +20,8 @@ import torch
 
 from grader.limits import Limits
 from grader.pack import AssignmentPack, Case, load_pack
-from grader.runtimes.torchdist.launcher import RankGroup, Sandboxing, Zygote, student_config
+from grader.runtimes.torchdist.launcher import RankGroup
+from grader.runtimes.torchdist.session import Sandboxing, Zygote, student_config
 from grader.sandbox.isolation import default_allow_read, default_hide
 
 SALT = "bench"

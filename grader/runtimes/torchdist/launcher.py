@@ -26,162 +26,35 @@ import os
 import select
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from grader.limits import Limits
-from grader.pack import AssignmentPack
-from grader.runtimes.torchdist import replies
-from grader.runtimes.torchdist.replies import Claims
+from grader.runtimes.torchdist import procfs, replies
+from grader.runtimes.torchdist.runs import CappedOutput, CaseRun, RankReport, clean, explains
+from grader.runtimes.torchdist.session import Sandboxing, Zygote
 from grader.runtimes.torchdist.traffic import Capture, Traffic
 from grader.runtimes.torchdist.zygote import GroupRequest
 from grader.sandbox import netns, wire
-from grader.sandbox.cgroups import Cgroups, GroupCgroups
-from grader.sandbox.slots import Slot
+from grader.sandbox.cgroups import GroupCgroups
 from grader.sandbox.status import StatusSlot
 
 STACK_WAIT_S = 1.0  # a spinning rank on a loaded machine can take a while to be scheduled and dump
 FAILURE_GRACE_S = 0.3
 DEATH_WAIT_S = 1.0  # for init's word on how a rank whose pipe closed ended
 SETTLE_S = 0.2  # for data still crossing after every rank replied (an isend nobody waited for)
-ZYGOTE_START_S = 120.0
 MAX_REPORT_LINE = 256
 RMTREE_TRIES = 5
 
 
-@dataclass
-class RankReport:
-    """What one rank did in one case, as the session observed it."""
-
-    rank: int
-    status: str  # a reply's status, or "exited" / "signaled" / "hang" / "wire_error" / "no_reply"
-    message: str = ""
-    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
-    claims: Claims = field(default_factory=Claims)
-    replied: bool = False  # its reply arrived and parsed: its claims are its own account
-    blocked_in: str = ""  # the status slot's text when the case was stopped
-    stack: str = ""  # faulthandler dump, student frames first
-    cpu_percent: int | None = None  # of one CPU, over the case, for a rank that never replied (from /proc)
-    ends: bool = False  # it replied, but left a thread running: the group ends with the case
-
-
-@dataclass
-class CaseRun:
-    ranks: list[RankReport]
-    seconds: float
-    hang: str = ""  # "" | "deadlock" | "timeout"
-    output: str = ""  # captured stdout/stderr of all ranks, capped
-    output_truncated: bool = False
-    traffic: Traffic | None = None  # measured; None where the group has no capture
-    memory_kills: list[int] = field(default_factory=list)  # ranks the kernel killed for memory
-    #: rank -> what its memory cgroup recorded when the rank reached its limit during the case
-    memory_pressure: dict[int, str] = field(default_factory=dict)
-    threads_left: dict[int, int] = field(default_factory=dict)  # rank -> threads beyond its own, after the case
-    runs: int = 1  # how often the case ran before its traffic was measured (or the session gave up)
-
-
-@dataclass(frozen=True)
-class Sandboxing:
-    """How a session confines its groups: decided once, reported in ``results.json`` ``isolation``."""
-
-    isolation: dict[str, Any] | None  # IsolationConfig fields shared by every rank; None: no layers
-    slot: Slot | None = None  # uids for the ranks (root)
-    cgroups: Cgroups | None = None
-    network: bool = False  # a network namespace and a capture per group (root, or rootless)
-    pid_namespace: bool = False
-    rootless: bool = False  # the group's namespaces inside a user namespace of its own (no root needed)
-
-    @classmethod
-    def for_this_process(cls, isolation: dict[str, Any] | None, rootless: bool = False) -> Sandboxing:
-        """Every layer this process can build: all of them as root; rootless (where unprivileged user
-        namespaces work) the group's namespaces and capture; the rank-side ones otherwise."""
-        if isolation is not None and rootless and os.geteuid() != 0:
-            return cls(isolation, network=True, pid_namespace=True, rootless=True)
-        if isolation is None or os.geteuid() != 0:
-            return cls(isolation)
-        from grader.sandbox import slots
-
-        return cls(isolation, slots.acquire(), Cgroups.detect(), network=True, pid_namespace=True)
-
-    def layers(self) -> dict[str, str]:
-        """The group-level layers as the session set them up (rank-level ones come from the ranks)."""
-        if self.isolation is None:
-            return {}
-        need_root = "off: needs root"
-        no_cgroup = "off: needs root (a rootless run has no cgroup delegated to it)" if self.rootless else need_root
-        cgroups = no_cgroup if self.cgroups is None else (self.cgroups.off or "on")
-        return {
-            "zygote": "on",
-            "pid_namespace": "on" if self.pid_namespace else need_root,
-            "cgroup": cgroups,
-            "measured_traffic": (ROOTLESS_CAPTURE if self.rootless else "on") if self.network else need_root,
-        }
-
-    def close(self) -> None:
-        if self.slot is not None:
-            self.slot.release()
-
-
-#: Without root the kernel caps a socket's receive buffer at net.core.rmem_max (SO_RCVBUFFORCE needs root).
-ROOTLESS_CAPTURE = (
-    "on: rootless; the capture's buffer is capped at net.core.rmem_max, so a case whose traffic overflows it "
-    "is counted from the ranks' own records (a lost measurement, never a verdict)"
-)
-
-
-class Zygote:
-    """The session's zygote process (``grader.runtimes.torchdist.zygote``)."""
-
-    def __init__(self, bodies: str, search_path: tuple[str, ...] = ()) -> None:
-        """``bodies``: the pack's rank-side module; ``search_path``: where a pack that is not installed
-        lives (the zygote runs with ``-I``, so nothing else is on its path)."""
-        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
-        env["GLOO_SOCKET_IFNAME"] = "lo"
-        cmd = [sys.executable, "-I", "-m", "grader.runtimes.torchdist.zygote", "--parent", str(os.getpid())]
-        cmd += ["--socket", str(theirs.fileno()), "--bodies", bodies]
-        cmd += [f"--path={path}" for path in search_path]
-        self.proc = subprocess.Popen(cmd, env=env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, cwd="/")
-        theirs.close()
-        self._ready = False
-
-    def wait_ready(self) -> None:
-        if self._ready:
-            return
-        self._sock.settimeout(ZYGOTE_START_S)
-        try:
-            answer = self._sock.recv(1024)
-        except TimeoutError as exc:
-            raise OSError("the zygote did not start") from exc
-        if not answer:
-            raise OSError(f"the zygote exited while starting (status {self.proc.poll()})")
-        self._ready = True
-
-    def spawn(self, request: GroupRequest, fds: list[int]) -> int:
-        """Ask for a group; returns its leader's pid."""
-        self.wait_ready()
-        socket.send_fds(self._sock, [json.dumps(asdict(request)).encode()], fds)
-        answer = self._sock.recv(1024)
-        if not answer:
-            raise OSError(f"the zygote died (status {self.proc.poll()})")
-        return int(json.loads(answer)["leader"])
-
-    def close(self) -> None:
-        self._sock.close()
-        self.proc.kill()
-        self.proc.wait()
-
-
 class GroupStartError(Exception):
-    """A group that never got to run student code: the grader's failure, never the student's."""
+    """A group that did not start.  The grader's failure while no student code has run in the session;
+    after that the session charges it to the submission (``MatrixSession._start_failure``)."""
 
     def __init__(self, reason: str, run: CaseRun | None = None) -> None:
         super().__init__(reason)
@@ -197,17 +70,6 @@ class _Rank:
     stacks: int
     status: StatusSlot
     pid: int = 0  # host pid, once known
-
-
-def student_config(pack: AssignmentPack, policy: dict[str, list[str]]) -> dict[str, Any]:
-    """What the ranks of a group are told of the pack's student code, with the rubric's
-    ``policy.allow``: the fields of the rank's ``StudentConfig``."""
-    return {
-        "placeholders": {m: list(names) for m, names in pack.placeholders.items()},
-        "imports_before": {m: list(needs) for m, needs in pack.imports_before.items()},
-        "attributed": list(pack.attributed),
-        "policy": policy,
-    }
 
 
 class RankGroup:
@@ -330,7 +192,7 @@ class RankGroup:
             tail = run.output.splitlines()[-5:]
             raise GroupStartError(reason + ("\n" + "\n".join(tail) if tail else ""), run)
         self._resolve_pids(time.monotonic() + self.limits.start_timeout_s)
-        self._threads = [_threads(rk.pid) for rk in self._ranks]  # the runtime's, Gloo's and the student thread
+        self._threads = [procfs.threads(rk.pid) for rk in self._ranks]  # the runtime's, Gloo's and the student thread
         layers["pid_namespace"] = self.pid_namespace
         connections = {}
         for rep, reply in zip(run.ranks, self._ready_replies, strict=True):
@@ -377,7 +239,7 @@ class RankGroup:
     def _wait_gone(pids: list[int], timeout: float = 5.0) -> None:
         deadline = time.monotonic() + timeout
         for pid in pids:
-            while _alive(pid) and time.monotonic() < deadline:
+            while procfs.alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.002)
 
     def __enter__(self) -> RankGroup:
@@ -426,7 +288,7 @@ class RankGroup:
         on its own, so such a rank's group is replaced before the next case."""
         left = {}
         for r, rk in enumerate(self._ranks):
-            now = _threads(rk.pid)
+            now = procfs.threads(rk.pid)
             if now > self._threads[r]:
                 left[r] = now - self._threads[r]
         return left
@@ -447,12 +309,12 @@ class RankGroup:
         """Send each rank its frame and collect one reply per rank, or stop the case."""
         t0 = time.monotonic()
         n = self.world_size
-        started = [_activity(rk.pid)[0] for rk in self._ranks]  # CPU ticks, to tell spinning from waiting
+        started = [procfs.activity(rk.pid)[0] for rk in self._ranks]  # CPU ticks, to tell spinning from waiting
         pending = [memoryview(f) for f in frames]
         readers = [wire.FrameReader(self.limits.max_result_mb << 20) for _ in range(n)]
         reports: list[RankReport | None] = [None] * n
         ready: list[replies.Reply | None] = [None] * n
-        output = _CappedOutput(self.limits.output_kb << 10)
+        output = CappedOutput(self.limits.output_kb << 10)
         window: _Window | None = None  # since when every unfinished rank has been blocked
         hang = ""
         failed_at: float | None = None
@@ -502,7 +364,7 @@ class RankGroup:
             if expect == "case" and waiting and all(slots[r][0] == StatusSlot.BLOCKED for r in waiting):
                 # Blocked by their own account.  Still not a deadlock while they use real CPU time, or
                 # while a thread mostly waits for a CPU (a starved Gloo thread with data in its socket).
-                activity = [_activity(self._ranks[r].pid) for r in waiting]
+                activity = [procfs.activity(self._ranks[r].pid) for r in waiting]
                 if window is None or window.slots != slots:
                     window = _Window(slots, now, sum(t for t, _ in activity))
                 window.samples += 1
@@ -517,7 +379,7 @@ class RankGroup:
                 break
         unfinished = [r for r in range(n) if reports[r] is None]
         elapsed = time.monotonic() - t0
-        cpu = {r: _cpu_percent(started[r], _activity(self._ranks[r].pid)[0], elapsed) for r in unfinished}
+        cpu = {r: procfs.cpu_percent(started[r], procfs.activity(self._ranks[r].pid)[0], elapsed) for r in unfinished}
         stacks = self._stacks(unfinished) if unfinished else {}
         final: list[RankReport] = []
         for r in range(n):
@@ -575,10 +437,10 @@ class RankGroup:
         by_ns = {ns: r for r, ns in self._ns_pids.items()}
         init = self._leader
         if self.pid_namespace == "on":
-            children = _children(self._leader)
+            children = procfs.children(self._leader)
             init = children[0] if children else self._leader
-        for pid in _children(init):
-            r = by_ns.get(_ns_pid(pid))
+        for pid in procfs.children(init):
+            r = by_ns.get(procfs.ns_pid(pid))
             if r is not None:
                 self._ranks[r].pid = pid
 
@@ -600,83 +462,6 @@ class RankGroup:
             if all(dumps.values()) and time.monotonic() - quiet_since > 0.1:
                 break
         return {r: d.decode("utf-8", "replace") for r, d in dumps.items()}
-
-
-#: Reply statuses after which a rank process is still sound: the failure was the student's Python
-#: raising, not the process or the wire breaking.  "memory" is not among them (the heap may be spent).
-REUSABLE = frozenset({"ok", "not_implemented", "forbidden", "import_error", "bad_return", "exception"})
-
-
-def explains(ranks: list[RankReport], traffic: Traffic) -> bool:
-    """Do the ranks' records account for every message measured (and, when every rank replied,
-    does every recorded message show on the wire)?  Unexplained traffic is a ``tampering`` verdict."""
-    if traffic.foreign or traffic.lost:
-        return False
-    by_rank = {rep.rank: rep for rep in ranks}
-    everyone = all(rep.replied for rep in ranks)
-    for (src, dst), pair in traffic.pairs.items():
-        rep = by_rank.get(src)
-        if rep is None or not rep.replied:
-            continue  # a rank that died left no records: its traffic is judged by its crash
-        claimed = (rep.claims.sent_to.get(dst, 0), rep.claims.sent_bytes_to.get(dst, 0))
-        if pair.messages > claimed[0] or pair.bytes > claimed[1]:
-            return False
-        if any(name not in rep.claims.collectives for name in pair.collectives):
-            return False
-    if everyone:
-        for rep in ranks:
-            for dst, count in rep.claims.sent_to.items():
-                measured = traffic.pairs.get((rep.rank, dst))
-                if dst >= 0 and (measured is None or measured.messages != count):
-                    return False
-    return True
-
-
-def clean(run: CaseRun) -> bool:
-    """May the group run another case?  Only if every rank replied, none broke or left a thread of its
-    own running, every message recorded pairs up, and the wire shows exactly what the records say
-    (nothing left in flight)."""
-    if (
-        run.hang
-        or run.memory_kills
-        or run.threads_left
-        or any(rep.status not in REUSABLE or rep.ends for rep in run.ranks)
-    ):
-        return False
-    sent: dict[tuple[int, int], int] = {}
-    received: dict[tuple[int, int], int] = {}
-    for rep in run.ranks:
-        for peer, count in rep.claims.sent_to.items():
-            sent[(rep.rank, peer)] = count
-        for peer, count in rep.claims.recv_from.items():
-            received[(peer, rep.rank)] = count
-    return sent == received and (run.traffic is None or explains(run.ranks, run.traffic))
-
-
-class _CappedOutput:
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.parts: dict[int, bytearray] = {}
-        self.kept = 0
-        self.truncated = False
-
-    def feed(self, rank: int, data: bytes) -> None:
-        if not data:
-            return
-        room = self.cap - self.kept
-        if len(data) > room:
-            self.truncated = True
-        data = data[: max(room, 0)]
-        self.parts.setdefault(rank, bytearray()).extend(data)
-        self.kept += len(data)
-
-    def text(self) -> str:
-        lines = [
-            f"[rank {r}] {line}"
-            for r, buf in sorted(self.parts.items())
-            for line in bytes(buf).decode("utf-8", "replace").splitlines()
-        ]
-        return "\n".join(lines)
 
 
 def _drain(fd: int) -> bytes:
@@ -709,68 +494,5 @@ class _Window:
 
     def deadlocked(self, now: float, ticks: int, after_s: float) -> bool:
         elapsed = now - self.start
-        cpu_s = (ticks - self.ticks) / _CLK_TCK
+        cpu_s = (ticks - self.ticks) / procfs.CLK_TCK
         return elapsed > after_s and cpu_s < 0.1 * elapsed and self.runnable * 2 < self.samples
-
-
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # Windows: the portable runtime
-
-
-def _activity(pid: int) -> tuple[int, bool]:
-    """(CPU ticks used, some thread runnable) of a process, from /proc; (-1, False) once it is gone."""
-    if not pid:
-        return -1, False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        ticks = int(fields[11]) + int(fields[12])  # utime + stime, every thread included
-        runnable = False
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                runnable |= f.read().rsplit(")", 1)[1].split()[0] == "R"
-        return ticks, runnable
-    except (OSError, IndexError, ValueError):
-        return -1, False
-
-
-def _threads(pid: int) -> int:
-    """Threads of a live process (0 once it is gone or was never known)."""
-    try:
-        return len(os.listdir(f"/proc/{pid}/task")) if pid else 0
-    except OSError:
-        return 0
-
-
-def _cpu_percent(start: int, end: int, seconds: float) -> int | None:
-    """CPU used between two /proc readings of a process, in percent of one CPU (None if unreadable)."""
-    if start < 0 or end < 0 or seconds <= 0:
-        return None
-    return round(100 * (end - start) / _CLK_TCK / seconds)
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def _ns_pid(pid: int) -> int:
-    """The pid a process has in its own (innermost) PID namespace."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("NSpid:"):
-                    return int(line.split()[-1])
-    except (OSError, ValueError):
-        pass
-    return pid
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False

@@ -38,16 +38,9 @@ import torch
 
 from grader.limits import Limits
 from grader.runtimes.torchdist import replies
-from grader.runtimes.torchdist.launcher import (
-    FAILURE_GRACE_S,
-    STACK_WAIT_S,
-    CaseRun,
-    GroupStartError,
-    RankReport,
-    _CappedOutput,
-    clean,
-)
+from grader.runtimes.torchdist.launcher import FAILURE_GRACE_S, STACK_WAIT_S, GroupStartError
 from grader.runtimes.torchdist.portable_rank import LOOPBACK, WorkerSetup, main
+from grader.runtimes.torchdist.runs import CappedOutput, CaseRun, RankReport, clean
 from grader.sandbox import wire
 from grader.sandbox.status import StatusSlot
 
@@ -313,7 +306,7 @@ class PortableGroup:
             threading.Thread(target=_send, args=(rk.channel, frame), daemon=True).start()
         limit = (self.limits.max_result_mb << 20) + wire.MAX_HEADER_BYTES + 1024
         reports: list[RankReport | None] = [None] * n
-        output = _CappedOutput(self.limits.output_kb << 10)
+        output = CappedOutput(self.limits.output_kb << 10)
         hang, failed_at = "", None
         last_poll, previous = t0, None
         while any(rep is None for rep in reports):

@@ -1,0 +1,121 @@
+"""What one case's run of a rank group returned, as the session observed it, and whether the group
+may run another case: shared by every launcher of the torch.distributed runtime (forked or portable)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from grader.runtimes.torchdist.replies import Claims
+from grader.runtimes.torchdist.traffic import Traffic
+
+
+@dataclass
+class RankReport:
+    """What one rank did in one case, as the session observed it."""
+
+    rank: int
+    status: str  # a reply's status, or "exited" / "signaled" / "hang" / "wire_error" / "no_reply"
+    message: str = ""
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    claims: Claims = field(default_factory=Claims)
+    replied: bool = False  # its reply arrived and parsed: its claims are its own account
+    blocked_in: str = ""  # the status slot's text when the case was stopped
+    stack: str = ""  # faulthandler dump, student frames first
+    cpu_percent: int | None = None  # of one CPU, over the case, for a rank that never replied (from /proc)
+    ends: bool = False  # it replied, but left a thread running: the group ends with the case
+
+
+@dataclass
+class CaseRun:
+    ranks: list[RankReport]
+    seconds: float
+    hang: str = ""  # "" | "deadlock" | "timeout"
+    output: str = ""  # captured stdout/stderr of all ranks, capped
+    output_truncated: bool = False
+    traffic: Traffic | None = None  # measured; None where the group has no capture
+    memory_kills: list[int] = field(default_factory=list)  # ranks the kernel killed for memory
+    #: rank -> what its memory cgroup recorded when the rank reached its limit during the case
+    memory_pressure: dict[int, str] = field(default_factory=dict)
+    threads_left: dict[int, int] = field(default_factory=dict)  # rank -> threads beyond its own, after the case
+    runs: int = 1  # how often the case ran before its traffic was measured (or the session gave up)
+
+
+#: Reply statuses after which a rank process is still sound: the failure was the student's Python
+#: raising, not the process or the wire breaking.  "memory" is not among them (the heap may be spent).
+REUSABLE = frozenset({"ok", "not_implemented", "forbidden", "import_error", "bad_return", "exception"})
+
+
+def explains(ranks: list[RankReport], traffic: Traffic) -> bool:
+    """Do the ranks' records account for every message measured (and, when every rank replied,
+    does every recorded message show on the wire)?  Unexplained traffic is a ``tampering`` verdict."""
+    if traffic.foreign or traffic.lost:
+        return False
+    by_rank = {rep.rank: rep for rep in ranks}
+    everyone = all(rep.replied for rep in ranks)
+    for (src, dst), pair in traffic.pairs.items():
+        rep = by_rank.get(src)
+        if rep is None or not rep.replied:
+            continue  # a rank that died left no records: its traffic is judged by its crash
+        claimed = (rep.claims.sent_to.get(dst, 0), rep.claims.sent_bytes_to.get(dst, 0))
+        if pair.messages > claimed[0] or pair.bytes > claimed[1]:
+            return False
+        if any(name not in rep.claims.collectives for name in pair.collectives):
+            return False
+    if everyone:
+        for rep in ranks:
+            for dst, count in rep.claims.sent_to.items():
+                measured = traffic.pairs.get((rep.rank, dst))
+                if dst >= 0 and (measured is None or measured.messages != count):
+                    return False
+    return True
+
+
+def clean(run: CaseRun) -> bool:
+    """May the group run another case?  Only if every rank replied, none broke or left a thread of its
+    own running, every message recorded pairs up, and the wire shows exactly what the records say
+    (nothing left in flight)."""
+    if (
+        run.hang
+        or run.memory_kills
+        or run.threads_left
+        or any(rep.status not in REUSABLE or rep.ends for rep in run.ranks)
+    ):
+        return False
+    sent: dict[tuple[int, int], int] = {}
+    received: dict[tuple[int, int], int] = {}
+    for rep in run.ranks:
+        for peer, count in rep.claims.sent_to.items():
+            sent[(rep.rank, peer)] = count
+        for peer, count in rep.claims.recv_from.items():
+            received[(peer, rep.rank)] = count
+    return sent == received and (run.traffic is None or explains(run.ranks, run.traffic))
+
+
+class CappedOutput:
+    """Every rank's captured stdout and stderr, kept up to ``cap`` bytes in all."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.parts: dict[int, bytearray] = {}
+        self.kept = 0
+        self.truncated = False
+
+    def feed(self, rank: int, data: bytes) -> None:
+        if not data:
+            return
+        room = self.cap - self.kept
+        if len(data) > room:
+            self.truncated = True
+        data = data[: max(room, 0)]
+        self.parts.setdefault(rank, bytearray()).extend(data)
+        self.kept += len(data)
+
+    def text(self) -> str:
+        lines = [
+            f"[rank {r}] {line}"
+            for r, buf in sorted(self.parts.items())
+            for line in bytes(buf).decode("utf-8", "replace").splitlines()
+        ]
+        return "\n".join(lines)
