@@ -32,6 +32,16 @@ def test_a_notebooks_code_cells_are_read_in_document_order_and_the_last_definiti
     assert "hw12.ipynb, cell 1 line 1, hw12.ipynb, cell 3 line 1" in note and "the last one" in note
 
 
+def test_a_notebook_read_again_unchanged_is_parsed_once_and_an_edited_one_again(tmp_path: Path) -> None:
+    path = write_notebook(tmp_path / "hw12.ipynb", "def f():\n    return 1")
+    first = notebook.read(path)
+    assert notebook.read(path) is first  # a rank's later cases reuse the parse
+    write_notebook(path, "def f():\n    return 2")
+    space: dict[str, object] = {}
+    notebook.read(path).execute(space)
+    assert space["f"]() == 2  # type: ignore[operator]
+
+
 def test_execution_counts_and_outputs_are_not_evidence(tmp_path: Path) -> None:
     nb = new_notebook()
     first, second = new_code_cell("def f():\n    return 'first'"), new_code_cell("def f():\n    return 'second'")

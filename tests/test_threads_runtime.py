@@ -29,6 +29,20 @@ def test_results_come_back_in_thread_order_whatever_the_arrival_order() -> None:
     assert arrived == harness.arrival_order(6, 7) != sorted(arrived)  # staggered in the seeded order
 
 
+def test_threads_that_meet_at_a_barrier_reach_it_in_the_seeded_order() -> None:
+    arrived: list[int] = []
+    barrier = threading.Barrier(8)
+
+    def work(i: int) -> None:
+        arrived.append(i)  # as the handout's context appends to its shared buffer
+        barrier.wait()  # the next thread begins once this one waits here
+
+    for seed in range(5):
+        arrived.clear()
+        harness.run([lambda i=i: work(i) for i in range(8)], seed=seed, timeout_s=10, sandbox=HERE)
+        assert arrived == harness.arrival_order(8, seed)
+
+
 def test_the_arrival_order_is_seeded_and_never_rank_order() -> None:
     assert harness.arrival_order(5, 3) == harness.arrival_order(5, 3)
     assert all(harness.arrival_order(n, seed) != list(range(n)) for n in range(2, 9) for seed in range(50))
