@@ -109,6 +109,8 @@ class FakePack:
         self.stand_ins: dict[str, frozenset[str]] = {}
         self.module_of = {"allreduce": "src.collectives"}
         self.function_of = {"allreduce": "my_allreduce"}
+        self.handoffs: dict[str, object] = {}
+        self.case_data = None
 
     def module_to_import(self, kind: str) -> str:
         return "src.collectives"
@@ -124,7 +126,8 @@ def session(monkeypatch: pytest.MonkeyPatch) -> plugin.MatrixSession:
     s = object.__new__(plugin.MatrixSession)
     s.pack, s.limits, s.groups, s.calibration = FakePack(), Limits(), {}, {2: 0.01}
     s.start_failures, s.import_failures, s.layers, s.failed_functions = {}, {}, {}, set()
-    s.student_code_ran, s.sandbox, s.zygote, s.sandboxing, s.student = False, None, None, None, {}
+    s.student_code_ran, s.sandbox, s.student = False, None, {}
+    s.zygote, s.sandboxing, s.pool, s.fresh_groups = object(), object(), None, {}  # FakeGroup needs neither
     return s
 
 

@@ -37,6 +37,7 @@ RANK_RUNTIME = {
     "grader.packs.a9",
     "grader.packs.a9.bodies",
     "grader.packs.a9.trusted",  # the known-good Task 1 collectives that stand in for failed ones
+    "grader.packs.a9.shards",  # the handout's *_shard names (public), never the catalog
 }
 
 

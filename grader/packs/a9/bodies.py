@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import torch
 
 from grader.packs.a9 import trusted
-from grader.packs.a9.catalog import SHARD_NAMES, SHARDED
+from grader.packs.a9.shards import SHARD_NAMES, SHARDED
 
 Tensors = dict[str, torch.Tensor]
 

@@ -75,20 +75,6 @@ ULYSSES_HINT = (
     "exchange did not carry the activations through my_all_to_all, as the handout requires"
 )
 
-#: The attributes the handout names for ``init_tensor_parallel_shards``: the only state of an
-#: initialised block that reaches its tensor-parallel forward (see ``expected.carry``).
-SHARD_NAMES = (
-    "q_proj_shard",
-    "k_proj_shard",
-    "v_proj_shard",
-    "o_proj_shard",
-    "fc1_shard",
-    "fc1_bias_shard",
-    "fc2_shard",
-)
-#: The full parameters those attributes shard: NaN in the forward's block, never sent to its process.
-SHARDED = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "fc1.weight", "fc1.bias", "fc2.weight")
-
 #: head_dim 8 and 16; dim_ff 1.5x to 4x d_model; batch 1 to 3; sequences of 8 to 24 tokens; float64
 #: as well as float32; world sizes 2, 3, 4 and 8 (and 1, unweighted).  Every world size listed
 #: divides n_heads, seq and dim_ff, as the handout lets a student assume.

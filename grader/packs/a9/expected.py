@@ -15,7 +15,7 @@ import torch
 
 from grader.pack import Case, Prepared, Refused
 from grader.packs.a9 import reference_model
-from grader.packs.a9.catalog import SHARD_NAMES, SHARDED
+from grader.packs.a9.shards import SHARD_NAMES, SHARDED
 from grader.sandbox.wire import DTYPES
 
 _Preparer = Callable[[Case, torch.Generator], "Prepared"]
