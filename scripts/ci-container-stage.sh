@@ -104,6 +104,8 @@ a4zip=$(mktemp -d /tmp/ci-container-stage-a4.XXXXXX)/handin.zip
 grade a4 "$a4zip" 100 --pack a4
 # A5's hand-in is one report.md: 90 automatic points, Q1's 10 wait for an instructor (pending_review).
 grade a5 reference/a5 90 --pack a5
+# HW12's hand-in is a notebook, graded on the threads runtime: the handout's 6.5 points.
+grade hw12 reference/hw12 6.5 --pack hw12
 built=()  # submissions made by a make.py: removed at the end, after the checks looked beside them
 for entry in "${HOSTILE[@]}"; do
     name=${entry%%=*}
