@@ -88,7 +88,8 @@ def run_ours(pack: AssignmentPack, cases: list[Case], sandbox: Path, policy: dic
                 groups[case.world_size] = group
                 group.start()
             prepared = pack.prepare(case, SALT)
-            header = {"kind": case.kind, "module": pack.module_to_import(case.kind), "params": case.params}
+            params = pack.case_params(case, sandbox)
+            header = {"kind": case.kind, "module": pack.module_to_import(case.kind), "params": params}
             run = group.run_case(header, prepared.inputs, 10.0)
             passed += verdicts.decide(case, prepared, run).verdict.value == "pass"
     finally:
