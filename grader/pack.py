@@ -201,6 +201,12 @@ class AssignmentPack:
     case_data: Callable[[Case, Path], dict[str, Any]] | None = None
     search_path: tuple[str, ...] = ()  # where a pack found by module path was imported from
 
+    def case_params(self, case: Case, root: Path) -> dict[str, Any]:
+        """What a case's ranks are told: its params, and what ``case_data`` makes of the submission."""
+        if self.case_data is None:
+            return dict(case.params)
+        return {**case.params, **self.case_data(case, root)}
+
     def case_ids(self) -> list[str]:
         return [case.name for case in self.cases()]
 

@@ -45,10 +45,16 @@ BROKEN = {
     ),
     # Q8: every stage runs the whole model on whatever it has
     "    output = model_stage(stage_input)\n": "    output = model(stage_input)\n",
+    # Q6: every stage holds a dataloader (whatever a rank says of itself, only what it computes counts)
+    'if device_mesh["pp"].get_local_rank() == 0:\n    train_dl_iterator = iter(input)\n': (
+        'if device_mesh["pp"].size() > 0:\n    train_dl_iterator = iter(input)\n'
+    ),
 }
 
 
-def test_a_deadlock_is_a_hang_naming_each_stage_and_the_whole_model_on_a_stage_fails(tmp_path: Path) -> None:
+def test_a_deadlock_is_a_hang_naming_each_stage_the_whole_model_on_a_stage_and_data_read_past_the_first_fail(
+    tmp_path: Path,
+) -> None:
     submission = tmp_path / "report"
     shutil.copytree(REFERENCE, submission)
     text = (submission / "report.md").read_text()
@@ -64,8 +70,10 @@ def test_a_deadlock_is_a_hang_naming_each_stage_and_the_whole_model_on_a_stage_f
     assert "rank 0 waits in" in hung.message and "src=1" in hung.message
     whole = cases["test_pipelined[pp2-l4-b8-m2]"]
     assert whole.verdict is Verdict.WRONG and "NaN" in whole.message
+    # stages 1 and 2 compute from the NaN data they read, and their received input gets no gradient
+    assert cases["test_dataloader[pp3-l6-b12-m2]"].verdict in (Verdict.WRONG, Verdict.CRASH)
     items = {item.id: item.score for item in result.items()}
-    assert items["q7_communicate.code"] == 0 and items["q8_pipelined.code"] == 0
+    assert items["q7_communicate.code"] == 0 and items["q8_pipelined.code"] == 0 and items["q6_dataloader.code"] == 0
     assert items["q4_baseline.code"] == 12 and items["q10_gradient_check.code"] == 6  # charged once
 
 

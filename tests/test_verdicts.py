@@ -110,7 +110,9 @@ class FakePack:
         self.module_of = {"allreduce": "src.collectives"}
         self.function_of = {"allreduce": "my_allreduce"}
         self.handoffs: dict[str, object] = {}
-        self.case_data = None
+
+    def case_params(self, case: Case, root: object) -> dict[str, object]:
+        return dict(case.params)
 
     def module_to_import(self, kind: str) -> str:
         return "src.collectives"

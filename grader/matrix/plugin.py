@@ -208,12 +208,10 @@ class MatrixSession:
         on its last run (``verdicts.tampering``: lost is never clean)."""
         from grader.matrix.verdicts import tampering
 
-        params = case.params
+        params = self.pack.case_params(case, self.sandbox)
         trusted = self._trusted(case)
         if trusted:  # one defect is charged once: the grader's own versions stand in for failed functions
             params = {**params, "trusted": trusted}
-        if self.pack.case_data is not None:
-            params = {**params, **self.pack.case_data(case, self.sandbox)}
         header = {
             "kind": case.kind,
             "module": self.pack.module_to_import(case.kind),

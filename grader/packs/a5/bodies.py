@@ -255,15 +255,10 @@ def _q5(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
     return {"layers": _ints(flat)}
 
 
-def _q6(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
-    run = Run(student, params, t)
-    run.run((*UP_TO_Q3, "stage", "q6"))
-    return {"reads": _ints([int(run.ns.get("train_dl_iterator") is not None)])}
-
-
 def _pipelined(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
-    """The pipelined forward and backward with the case's snippet (Q7's or Q8's): the last stage's
-    outputs and every stage's gradients.  The baseline never runs; data past the first stage is NaN."""
+    """The pipelined forward and backward with the case's snippet (Q6's, Q7's or Q8's): the last
+    stage's outputs and every stage's gradients.  The baseline never runs; data past the first stage
+    is NaN, so a stage that reads the dataloader (Q6) but should receive its input computes NaN."""
     run = Run(student, params, t)
 
     def poison_data() -> None:
@@ -306,7 +301,7 @@ BODIES = {
     "q3": _q3,
     "q4": _q4,
     "q5": _q5,
-    "q6": _q6,
+    "q6": _pipelined,
     "q7": _pipelined,
     "q8": _pipelined,
     "q9": _check("Q9"),

@@ -67,7 +67,7 @@ def prepare(case: Case, salt: str) -> Prepared:
     w1, w2 = _weights(case, salt)
     sent = {"seed": seed, "w1": w1, "w2": w2}
     act_bytes = p["micro_batch_size"] * p["sequence_length"] * p["hidden_size"] * 4
-    if case.kind in ("q6", "q9", "q10"):
+    if case.kind in ("q9", "q10"):
         return Prepared([dict(sent) for _ in range(ws)], [{} for _ in range(ws)], act_bytes)
     if case.kind == "q3":
         shape = torch.tensor([p["micro_batch_size"], p["sequence_length"], p["hidden_size"]])

@@ -2,8 +2,9 @@
 
 Called after a case passed the engine's checks (no crash, hang or tampering; the values that have
 an expected tensor equal it).  Every expectation is computed here from the case's parameters; a
-rank's reply is only its answer (did the assertion raise, which layers, does it hold a dataloader).
-The schedule is read from the point-to-point messages in the order they crossed the wire.
+rank's reply is only its answer (did the assertion raise, which layers).  The schedule is read from
+the point-to-point messages in the order they crossed the wire; which stages read data (Q6) from
+the values (only the first stage is given real data) and the wire (the first stage feeds the rest).
 """
 
 from __future__ import annotations
@@ -52,14 +53,6 @@ def _distribution(case: Case, replies: list[dict[str, Any]]) -> Verdict:
         sizes = [len(stage) for stage in split]
         if max(sizes) - min(sizes) > 1:
             return "wrong", f"{where} gives stages of {sizes} layers: not as evenly as possible"
-    return None
-
-
-def _dataloader(case: Case, replies: list[dict[str, Any]]) -> Verdict:
-    reads = [(_flags(r, "reads") or [0])[0] for r in replies]
-    if reads != [1] + [0] * (len(reads) - 1):
-        have = [stage for stage, r in enumerate(reads) if r]
-        return "wrong", f"stages {have} hold a dataloader; only the first stage (stage 0) needs one"
     return None
 
 
@@ -116,9 +109,7 @@ def judge(
         return _assertions(case, replies)
     if case.kind == "q5":
         return _distribution(case, replies)
-    if case.kind == "q6":
-        return _dataloader(case, replies)
-    if case.kind in ("q7", "q8"):
+    if case.kind in ("q6", "q7", "q8"):  # Q6: the first stage feeds the rest, on the wire
         return _schedule(case, messages)
     if case.kind in ("q9", "q10"):
         return _check(case, replies)

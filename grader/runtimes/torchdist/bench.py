@@ -95,7 +95,8 @@ def run_ours(
                 groups[case.processes] = group
                 group.start()
             prepared = pack.prepare(case, SALT)
-            header = {"kind": case.kind, "module": pack.module_to_import(case.kind), "params": case.params}
+            params = pack.case_params(case, sandbox)
+            header = {"kind": case.kind, "module": pack.module_to_import(case.kind), "params": params}
             run = group.run_case(header, prepared.inputs, limits.case_timeout_s)
             file = pack.file_of(pack.module_of[case.kind])
             allowed = Policy.from_dict(policy).for_function(file, pack.function_of[case.kind]).allowed
