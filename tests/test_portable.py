@@ -206,10 +206,21 @@ def _sandbox(tmp_path: Path, old: str, new: str) -> Path:
     return box
 
 
-def _verdicts(tmp_path: Path, box: Path, only: list[str]) -> dict[str, tuple[str, str]]:
+def _verdicts(
+    tmp_path: Path, box: Path, only: list[str], limits: dict[str, float] | None = None
+) -> dict[str, tuple[str, str]]:
     iso = {"sandbox": str(box), "memory_mb": 2048, "nproc": 64, "cpu_s": 60, "file_size_mb": 64}
     run = run_matrix(
-        box, FILES, tmp_path / "work", {}, POLICY, salt="t", pack="a9", isolation=iso, only=only, runtime="portable"
+        box,
+        FILES,
+        tmp_path / "work",
+        limits or {},
+        POLICY,
+        salt="t",
+        pack="a9",
+        isolation=iso,
+        only=only,
+        runtime="portable",
     )
     assert json.loads((tmp_path / "work" / "isolation.json").read_text())["runtime"].startswith("off: portable")
     return {name: (case.verdict.value, case.message) for name, case in read_junit(run.junit).items()}
@@ -245,7 +256,10 @@ def test_portable_finds_a_deadlock_by_the_ranks_own_account(tmp_path: Path) -> N
         "my_allreduce",
         "    if dist.get_world_size() == 2:\n        dist.recv(torch.empty_like(tensor), src=1 - dist.get_rank())\n",
     )
-    results = _verdicts(tmp_path, _sandbox(tmp_path, *both_receive), ["test_allreduce[ws2-float32-4x5]"])
+    # a budget well past the deadlock window, so a loaded machine cannot end the case as a timeout first
+    # (the fitted budget of a small case is about 1 s; in CI it once ran out before the window closed)
+    limits = {"case_timeout_floor_s": 8.0}
+    results = _verdicts(tmp_path, _sandbox(tmp_path, *both_receive), ["test_allreduce[ws2-float32-4x5]"], limits)
     verdict, message = results["test_allreduce[ws2-float32-4x5]"]
     assert verdict == "hang" and message.startswith("likely deadlock"), message
     assert re.search(r"rank 0 waits in recv\(src=1\) at collectives\.py:\d+ in my_allreduce", message)
