@@ -87,15 +87,15 @@ class MatrixSession:
             # starts importing torch while this process does the same
             self.zygote = Zygote(self.pack.bodies, self.pack.search_path)
             self.sandboxing = Sandboxing.for_this_process(self._isolation(), rootless=self.mode.name == "rootless")
-        self.groups: dict[int, Any] = {}
-        #: world size -> the group a Handoff's second step runs in: fresh ranks that run nothing else
+        self.groups: dict[int, Any] = {}  # rank processes -> the live group of that size
+        #: rank processes -> the group a Handoff's second step runs in: fresh ranks that run nothing else
         self.fresh_groups: dict[int, Any] = {}
         self.import_failures: dict[str, tuple[Verdict, str]] = {}
-        self.start_failures: dict[int, str] = {}  # world size -> why its group could not start
+        self.start_failures: dict[int, str] = {}  # rank processes -> why their group could not start
         self.layers: dict[str, str] = {**config.layers, **self.mode.layers()}
         self.failed_functions: set[str] = set()  # functions with a failing case that a stand-in may replace
         self.hung: dict[tuple[str, int], str] = {}  # (function, world size) -> the case that hung
-        self.calibration: dict[int, float | None] = {}  # world size -> seconds of the calibration allreduce
+        self.calibration: dict[int, float | None] = {}  # rank processes -> seconds of the calibration allreduce
         self.student_code_ran = False  # a case ran in this session: a group failing to start may be its doing
         self._replay_ledger()
 
@@ -240,47 +240,48 @@ class MatrixSession:
                 break
         return run
 
-    def _group(self, groups: dict[int, Any], world_size: int) -> Any:
-        """The live group of ``world_size`` in ``groups``, started (and calibrated, once per world size)
-        when there is none.  A start that fails is tried again (``START_ATTEMPTS`` in all) with every
-        other group closed, so that what a submission left running there cannot starve it; a start
-        that still fails is remembered."""
+    def _group(self, groups: dict[int, Any], size: int) -> Any:
+        """The live group of ``size`` rank processes (``Case.processes``: the world size, but for a
+        threads case) in ``groups``, started (and calibrated, once per size) when there is none.  A
+        start that fails is tried again (``START_ATTEMPTS`` in all) with every other group closed, so
+        that what a submission left running there cannot starve it; a start that still fails is
+        remembered."""
         from grader.runtimes.torchdist.launcher import GroupStartError
 
-        if world_size in self.start_failures:  # once is enough: the next case would fail the same way
-            raise GroupStartError(self.start_failures[world_size])
-        group = groups.get(world_size)
+        if size in self.start_failures:  # once is enough: the next case would fail the same way
+            raise GroupStartError(self.start_failures[size])
+        group = groups.get(size)
         if group is not None and group.alive:
             return group
         attempt = 1
         while True:
-            group = self._new_group(world_size)
+            group = self._new_group(size)
             try:
                 group.start()
                 break
             except GroupStartError as exc:
                 if attempt == START_ATTEMPTS:
-                    self.start_failures[world_size] = exc.reason
+                    self.start_failures[size] = exc.reason
                     raise
             attempt += 1
             for other in [*self.groups.values(), *self.fresh_groups.values()]:
                 if other.alive:
                     other.close()
-        groups[world_size] = group
+        groups[size] = group
         self.layers.update(group.layers)
-        if world_size not in self.calibration:
-            self.calibration[world_size] = self._calibrate(group)
+        if size not in self.calibration:
+            self.calibration[size] = self._calibrate(group)
         return group
 
-    def _new_group(self, world_size: int) -> Any:
+    def _new_group(self, size: int) -> Any:
         """A rank group of the session's runtime (both have the same interface)."""
         from grader.runtimes.torchdist.launcher import RankGroup
         from grader.runtimes.torchdist.portable import PortableGroup
 
         if self.pool is not None:
-            return PortableGroup(world_size, self.limits, self.pool)
+            return PortableGroup(size, self.limits, self.pool)
         assert self.zygote is not None and self.sandboxing is not None
-        return RankGroup(world_size, self.sandbox, self.limits, self.zygote, self.sandboxing, self.student)
+        return RankGroup(size, self.sandbox, self.limits, self.zygote, self.sandboxing, self.student)
 
     def _calibrate(self, group: Any) -> float | None:
         """Seconds the runtime's own allreduce of CALIBRATION_BYTES per rank takes in this group (the
