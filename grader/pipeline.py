@@ -84,6 +84,7 @@ def grade(
             partial=only is not None,
         )
         timings["matrix"] = time.monotonic() - t
+        timings.update(run.phases)
         t = time.monotonic()
         when = datetime.fromisoformat(taken.info.submitted_at) if taken.info.submitted_at else None
         result = scoring.score(

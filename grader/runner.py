@@ -16,19 +16,22 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from junitparser import Failure, JUnitXml, Properties, Property, TestCase, TestSuite
 
 from grader import runtimes
+from grader.matrix import timeline
 from grader.matrix.plugin import CONFIG_ENV, PARENT_ENV, MatrixConfig
 from grader.pack import AssignmentPack, load_pack
 from grader.results import Verdict
 from grader.salt import SALT_ENV
 
 MAX_ROUNDS = 4
+#: pytest's plugins the session has no use for: each costs time on every one of hundreds of cases
+UNUSED_PLUGINS = ("logging", "warnings", "stepwise", "legacypath", "pastebin", "setuponly", "setupplan", "recwarn")
 NOT_SELECTED = "not selected for this run (grader grade -k): the score is partial"
 STOP_GRACE_S = 10.0
 
@@ -40,6 +43,7 @@ class MatrixRun:
     rounds: int
     isolation: dict[str, str]
     log: str  # the tail of the session's own output, for grader errors
+    phases: dict[str, float] = field(default_factory=dict)  # ``matrix.*`` seconds, summed over rounds
 
 
 def run_matrix(
@@ -71,6 +75,7 @@ def run_matrix(
     synthetic: list[tuple[str, str, Verdict]] = []  # cases no session decided: (case, message, verdict)
     rounds: list[Path] = []
     log = ""
+    phases: dict[str, float] = {}
     everything = _case_names(assignment, only)
     for round_no in range(1, MAX_ROUNDS + 1):
         junit = workdir / f"junit-round{round_no}.xml"
@@ -88,9 +93,13 @@ def run_matrix(
             isolation=isolation or {},
             layers=layers or {},
             runtime=runtime,
+            timeline=str(workdir / f"timeline-round{round_no}.json"),
+            launched=time.monotonic(),
         )
         remaining = total_timeout_s - (time.monotonic() - t0)
         code, log = _session(config, assignment.test_file, workdir, junit, remaining)
+        for stage, seconds in timeline.read(Path(config.timeline), time.monotonic(), config.launched).items():
+            phases[stage] = phases.get(stage, 0.0) + seconds
         if junit.exists():
             rounds.append(junit)
         if code in (0, 1) and junit.exists():
@@ -115,7 +124,7 @@ def run_matrix(
     _merge(rounds, synthetic, everything + unselected, merged, assignment)
     report = workdir / "isolation.json"
     layers = json.loads(report.read_text()) if report.exists() else {}
-    return MatrixRun(merged, time.monotonic() - t0, len(rounds), layers, log[-4000:])
+    return MatrixRun(merged, time.monotonic() - t0, len(rounds), layers, log[-4000:], phases)
 
 
 def _case_names(pack: AssignmentPack, only: list[str] | None) -> list[str]:
@@ -144,6 +153,7 @@ def _session(config: MatrixConfig, test_file: Path, workdir: Path, junit: Path, 
         "--import-mode=importlib",
         "-p",
         "no:cacheprovider",
+        *(arg for plugin in UNUSED_PLUGINS for arg in ("-p", f"no:{plugin}")),
         "-p",
         "grader.matrix.plugin",
         "-o",

@@ -5,12 +5,13 @@ again, within bounds.  Runs are built by hand: what is specified is how the sess
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
 
 from grader.matrix import plugin, verdicts
+from grader.matrix.timeline import Timeline
 from grader.pack import Case, Prepared
 from grader.results import Verdict
 from grader.runtimes.torchdist import launcher
@@ -82,15 +83,22 @@ class FakeGroup:
     failures = 0
     cases = 0
     lost = 0
+    launched: ClassVar[list[int]] = []  # world sizes, in launch order
 
     def __init__(self, world_size: int, *args: Any) -> None:
         self.world_size, self.alive, self.layers = world_size, False, {}
 
-    def start(self) -> None:
+    def launch(self) -> None:
+        FakeGroup.launched.append(self.world_size)
+
+    def wait_ready(self) -> None:
         FakeGroup.starts += 1
         if FakeGroup.starts <= FakeGroup.failures:
             raise GroupStartError("the ranks were not ready in time")
         self.alive = True
+
+    def kill(self) -> None:
+        pass
 
     def close(self) -> None:
         self.alive = False
@@ -125,12 +133,32 @@ def session(monkeypatch: pytest.MonkeyPatch) -> plugin.MatrixSession:
 
     monkeypatch.setattr(launcher, "RankGroup", FakeGroup)
     FakeGroup.starts = FakeGroup.failures = FakeGroup.cases = FakeGroup.lost = 0
+    FakeGroup.launched = []
     s = object.__new__(plugin.MatrixSession)
     s.pack, s.limits, s.groups, s.calibration = FakePack(), Limits(), {}, {2: 0.01}
     s.start_failures, s.import_failures, s.layers, s.failed_functions = {}, {}, {}, set()
     s.student_code_ran, s.sandbox, s.student = False, None, {}
     s.zygote, s.sandboxing, s.pool, s.fresh_groups = object(), object(), None, {}  # FakeGroup needs neither
+    s.plan, s.launched, s.lookahead, s.timeline = [], {}, 0, Timeline(0.0)
     return s
+
+
+def test_groups_are_launched_ahead_in_the_order_the_cases_need_them(session: plugin.MatrixSession) -> None:
+    session.plan, session.lookahead, session.calibration = [(False, 2), (False, 3), (False, 4)], 1, {2: 0.01, 3: 0.01}
+    session._launch_ahead()
+    assert FakeGroup.launched == [2]  # before any case: the first one
+    session._group(session.groups, 2)
+    assert FakeGroup.launched == [2, 3]  # the first one taken: the next one starts while it runs cases
+    session._group(session.groups, 3)
+    assert FakeGroup.launched == [2, 3, 4] and FakeGroup.starts == 2  # taken, not started again
+
+
+def test_a_group_launched_ahead_that_fails_to_start_is_started_again(session: plugin.MatrixSession) -> None:
+    FakeGroup.failures = 1
+    session.plan, session.lookahead = [(False, 2)], 1
+    session._launch_ahead()
+    group = session._group(session.groups, 2)
+    assert group.alive and FakeGroup.launched == [2, 2] and FakeGroup.starts == 2
 
 
 def test_a_case_whose_capture_lost_packets_runs_again_in_a_fresh_group(session: plugin.MatrixSession) -> None:

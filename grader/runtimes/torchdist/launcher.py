@@ -28,6 +28,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,17 +104,38 @@ class RankGroup:
         self._network: netns.GroupNetwork | None = None
         self._capture: Capture | None = None
         self._ready_replies: list[replies.Reply | None] = []
+        self._layers: dict[str, str] = {}  # the session's layers, then the ranks' from their ready frames
+        self._launch_error: GroupStartError | None = None
         self._threads: list[int] = []  # each rank's threads at ready, before any student code
         self.pid_namespace = "off: the group's leader did not say"  # what the leader reports
         self.alive = False
 
     # --- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
-        """Start the ranks and wait for every one's ready frame.  Raises :class:`GroupStartError`
-        when they do not come up (resources or time running out under load included); whatever
-        fails, the group is closed again and leaves nothing behind (processes, cgroups, files)."""
+        """Start the ranks and wait for every one's ready frame (:meth:`launch`, then :meth:`wait_ready`)."""
+        self.launch()
+        self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the ranks without waiting for them: they join Gloo and build their sandbox while the
+        session runs other cases (issue 23).  A failure is kept for :meth:`wait_ready` to raise."""
         try:
-            self._start()
+            self._guarded(self._launch)
+        except GroupStartError as exc:
+            self._launch_error = exc
+
+    def wait_ready(self) -> None:
+        """Wait for every rank's ready frame.  Raises :class:`GroupStartError` when they do not come up
+        (resources or time running out under load included); whatever fails, the group is closed
+        again and leaves nothing behind (processes, cgroups, files)."""
+        if self._launch_error is not None:
+            raise self._launch_error
+        if not self.layers:
+            self._guarded(self._wait_ready)
+
+    def _guarded(self, step: Callable[[], None]) -> None:
+        try:
+            step()
         except GroupStartError:
             raise  # closed where it was raised
         except OSError as exc:
@@ -123,9 +145,9 @@ class RankGroup:
             self.close()
             raise
 
-    def _start(self) -> None:
+    def _launch(self) -> None:
         sb = self.sandboxing
-        layers = sb.layers()
+        layers = self._layers = sb.layers()
         if sb.network:
             try:
                 self._network = netns.loopback_namespace(rootless=sb.rootless)
@@ -184,6 +206,9 @@ class RankGroup:
                 os.set_blocking(fd, False)
         os.set_blocking(self._report, False)
         self.alive = True
+
+    def _wait_ready(self) -> None:
+        layers = self._layers
         run = self._exchange([b""] * self.world_size, self.limits.start_timeout_s, expect="ready")
         if any(rep.status != "ready" for rep in run.ranks):
             self.close()
@@ -213,10 +238,7 @@ class RankGroup:
                     os.close(fd)
             rk.status.close()
         if self._leader:
-            # With a PID namespace the leader's death takes init, and the kernel the rest of the
-            # namespace; without one, init (the leader itself) kills its descendants on SIGTERM.
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self._leader, signal.SIGKILL if self.pid_namespace == "on" else signal.SIGTERM)
+            self.kill()
             self._wait_gone([self._leader, *(rk.pid for rk in self._ranks if rk.pid)])
         if self._cgroups is not None:
             self._cgroups.close()
@@ -234,6 +256,15 @@ class RankGroup:
             if not self._dir.exists():
                 break
             time.sleep(0.1)
+
+    def kill(self) -> None:
+        """Signal the group's end without waiting for it: a session ending closes every group after
+        killing them all, so that they die side by side (``close`` waits)."""
+        # With a PID namespace the leader's death takes init, and the kernel the rest of the
+        # namespace; without one, init (the leader itself) kills its descendants on SIGTERM.
+        if self._leader:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._leader, signal.SIGKILL if self.pid_namespace == "on" else signal.SIGTERM)
 
     @staticmethod
     def _wait_gone(pids: list[int], timeout: float = 5.0) -> None:

@@ -245,6 +245,12 @@ class PortableGroup:
         self._ready_layers: dict[int, dict[str, str]] = {}  # what each rank's ready frame reports
         self._dir = Path(tempfile.mkdtemp(prefix=f"grader-ws{world_size}-"))
 
+    def launch(self) -> None:
+        """Nothing ahead of time: every group takes its ranks from the one pool (``RankGroup.launch``)."""
+
+    def wait_ready(self) -> None:
+        self.start()
+
     def start(self) -> None:
         self.ranks = self.pool.take(self.world_size, self)
         self.alive = True
@@ -270,6 +276,9 @@ class PortableGroup:
             raise GroupStartError(reason + ("\n" + "\n".join(tail) if tail else ""), run)
         for layers in self._ready_layers.values():
             self.layers.update(layers)
+
+    def kill(self) -> None:
+        """Nothing to signal: ``close`` gives the workers back to the pool (``RankGroup.kill``)."""
 
     def close(self, reusable: bool = True) -> None:
         """End the group: its workers go back to the pool when it ended clean (every case so far was

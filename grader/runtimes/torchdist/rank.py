@@ -96,6 +96,7 @@ def setup_from(request: Any, rank: int, bodies: Any) -> RankSetup:
 def preload() -> None:
     """Zygote side, once: work every rank would otherwise repeat."""
     syscalls.preload()
+    guard.preload()
     _no_lazy_device_seeding()
 
 

@@ -122,14 +122,6 @@ class Shape:
     proto: int
     fields: bytes
 
-    @classmethod
-    def of(cls, pkt: memoryview, proto: int) -> Shape | None:
-        if proto == IPV4 and len(pkt) >= 20 and pkt[0] >> 4 == 4:
-            return cls(proto, bytes(pkt[0:2]) + bytes(pkt[6:10]) + bytes(pkt[12:20]))
-        if proto == IPV6 and len(pkt) >= 40 and pkt[0] >> 4 == 6:
-            return cls(proto, bytes([pkt[0], pkt[1] & 0xF0]) + bytes(pkt[6:8]) + bytes(pkt[8:40]))
-        return None
-
     def differs(self, other: Shape) -> str:
         """What sets ``other`` apart from this shape, in words ("" when nothing does)."""
         if other == self:
@@ -145,6 +137,15 @@ class Shape:
             if a[start:end] != b[start:end]:
                 return f"a packet with {name} Gloo's connections do not have"
         return "a packet between addresses other than the group's own"
+
+
+def _shape_fields(pkt: memoryview, proto: int) -> bytes | None:
+    """A packet's :class:`Shape` fields, without the object: every captured packet is held to them."""
+    if proto == IPV4 and len(pkt) >= 20 and pkt[0] >> 4 == 4:
+        return bytes(pkt[0:2]) + bytes(pkt[6:10]) + bytes(pkt[12:20])
+    if proto == IPV6 and len(pkt) >= 40 and pkt[0] >> 4 == 6:
+        return bytes([pkt[0], pkt[1] & 0xF0]) + bytes(pkt[6:8]) + bytes(pkt[8:40])
+    return None
 
 
 def _tcp_extras(segment: memoryview) -> str:
@@ -322,8 +323,8 @@ class Capture:
             self.traffic.lost = self.traffic.lost or f"the capture dropped {drops} packets"
 
     def _packet(self, pkt: memoryview, proto: int) -> None:
-        shape = Shape.of(pkt, proto)
-        if shape is None:
+        fields = _shape_fields(pkt, proto)
+        if fields is None:
             self.traffic.unexplained(f"a packet of protocol {proto:#06x}")
             return
         if proto == IPV4:
@@ -333,7 +334,7 @@ class Capture:
             transport, body = pkt[6], pkt[40 : 40 + struct.unpack_from("!H", pkt, 4)[0]]
         if not self._mapped:  # connection set-up: the kernel's own packets say what the group's look like
             if transport == TCP_PROTOCOL:
-                self.shape = self.shape or shape
+                self.shape = self.shape or Shape(proto, fields)
             return
         if transport != TCP_PROTOCOL:
             name = IP_PROTOCOLS.get(transport, f"IP protocol {transport}")
@@ -347,7 +348,12 @@ class Capture:
         if stream is None:
             self.traffic.unexplained(f"a TCP segment on a connection Gloo did not open (ports {sport} -> {dport})")
             return
-        extra = (self.shape.differs(shape) if self.shape else "no connection of the group's") or _tcp_extras(body)
+        if self.shape is None:
+            extra = "no connection of the group's"
+        elif fields != self.shape.fields or proto != self.shape.proto:  # compared without a Shape: hot path
+            extra = self.shape.differs(Shape(proto, fields))
+        else:
+            extra = _tcp_extras(body)
         if extra:
             self.traffic.unexplained(f"rank {stream.src} sent rank {stream.dst} {extra}")
             return
