@@ -28,6 +28,7 @@ from grader.runtimes.torchdist import portable
 from grader.runtimes.torchdist.portable import Host, Mode, decide
 from grader.sandbox import isolation
 from grader.scoring import read_junit
+from tests import fidelity
 from tests.test_hangs import body_start
 
 REPO = Path(__file__).resolve().parents[1]
@@ -312,14 +313,13 @@ def test_portable_grades_the_a4_reference_zip_as_the_full_sandbox_does(tmp_path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["tp_serial_forward_then_allreduce", "a4_no_gradient_averaging"])
-def test_portable_grades_fidelity_entries_as_expected(name: str, tmp_path: Path) -> None:
-    from grader.pack import load_pack
-    from tests.test_fidelity_corpus import CORPUS, build
-
-    spec = json.loads((CORPUS / name / "expected.json").read_text())
-    result = grade(
-        build(CORPUS / name, spec, tmp_path / "sub"), load_pack(spec.get("pack", "a9")).rubric, runtime="portable"
-    )
-    items = {item.id: item.score for item in result.items()}
-    assert {k: items.get(k) for k in spec["items"]} == pytest.approx(spec["items"])
+@pytest.mark.parametrize("name", fidelity.entries("a9", "a4"))
+def test_portable_gives_every_fidelity_entry_the_full_sandboxs_verdicts(
+    name: str, tmp_path: Path, full_grades: fidelity.FullGrades
+) -> None:
+    """Every case's verdict and every item's score of each A9 and A4 entry, as the full sandbox gives
+    them (its grading is the one ``test_fidelity_corpus`` checked, when it ran in this session)."""
+    full = fidelity.Record.of(full_grades.get(name, tmp_path))
+    portable_result = fidelity.grade_entry(name, tmp_path / "portable", runtime="portable")
+    assert portable_result.isolation["runtime"].startswith("off: portable runtime")
+    assert full.differences(fidelity.Record.of(portable_result)) == {}, "(full, portable)"
