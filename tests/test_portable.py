@@ -10,6 +10,7 @@ layer that is off named, and the run called advisory.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -22,10 +23,11 @@ from typing import Any
 import pytest
 
 from grader.errors import UserError
+from grader.pack import Case, load_pack
 from grader.pipeline import grade
 from grader.runner import run_matrix
 from grader.runtimes.torchdist import portable
-from grader.runtimes.torchdist.portable import Host, Mode, decide
+from grader.runtimes.torchdist.portable import Host, Mode, decide, fewer_regroups
 from grader.sandbox import isolation
 from grader.scoring import read_junit
 from tests import fidelity
@@ -167,7 +169,8 @@ def test_the_grader_imports_where_fcntl_and_resource_do_not_exist() -> None:
         "sys.modules['fcntl'] = None; sys.modules['resource'] = None\n"
         "del os.fork, os.sysconf\n"
         "import grader.cli, grader.pipeline, grader.runner, grader.matrix.plugin, grader.matrix.verdicts\n"
-        "import grader.runtimes.torchdist.portable, grader.runtimes.torchdist.rank, grader.selection\n"
+        "import grader.runtimes.torchdist.portable, grader.runtimes.torchdist.portable_group\n"
+        "import grader.runtimes.torchdist.rank, grader.selection\n"
         "import grader.sandbox.isolation as iso\n"
         "assert iso.resource is None\n"
         "print('ok')\n"
@@ -193,6 +196,28 @@ def test_intake_without_descriptor_walks_still_refuses_every_link(
     assert "SECRET" not in "".join(p.read_text() for p in intake.sandbox.rglob("*") if p.is_file())
     assert "src/transformer.py is a symlink: refused" in intake.problems
     assert "all_to_all_schematic.png is a symlink: refused" in intake.problems
+
+
+def _kinds_and_size_changes(cases: list[Case]) -> tuple[list[str], int]:
+    kinds = [kind for kind, _ in itertools.groupby(c.kind for c in cases)]
+    return kinds, len(list(itertools.groupby(c.processes for c in cases))) - 1
+
+
+def test_portable_order_changes_size_less_often_and_keeps_what_verdicts_depend_on() -> None:
+    """A regroup per change of size is the portable runtime's cost: its order sorts each run of one
+    kind's cases by size, and keeps the order of kinds (a failed function's stand-in is used by later
+    kinds) and of each kind's cases at one size (the first to hang there makes the rest ``not_run``)."""
+    cases = list(load_pack("a9").cases())
+    ordered = fewer_regroups(cases, lambda case: case)
+    assert sorted(c.name for c in ordered) == sorted(c.name for c in cases)
+    (kinds, changes), (new_kinds, new_changes) = _kinds_and_size_changes(cases), _kinds_and_size_changes(ordered)
+    assert new_kinds == kinds
+    assert (changes, new_changes) == (83, 49)
+    for key in {(c.kind, c.processes) for c in cases}:
+        assert [c.name for c in ordered if (c.kind, c.processes) == key] == [
+            c.name for c in cases if (c.kind, c.processes) == key
+        ]
+    assert fewer_regroups(["not a case", "either"], lambda item: None) == ["not a case", "either"]
 
 
 # --------------------------------------------------------------------------- hangs without /proc
