@@ -27,7 +27,7 @@ from grader.pack import Case, load_pack
 from grader.pipeline import grade
 from grader.runner import run_matrix
 from grader.runtimes.torchdist import portable
-from grader.runtimes.torchdist.portable import Host, Mode, decide, fewer_regroups
+from grader.runtimes.torchdist.portable import Host, Mode, decide, fewer_regroups, pool_capacity
 from grader.sandbox import isolation
 from grader.scoring import read_junit
 from tests import fidelity
@@ -198,6 +198,14 @@ def test_intake_without_descriptor_walks_still_refuses_every_link(
     assert "all_to_all_schematic.png is a symlink: refused" in intake.problems
 
 
+def test_the_pool_starts_as_many_workers_as_the_largest_group_that_will_run_has_ranks() -> None:
+    cases = list(load_pack("a9").cases())
+    assert pool_capacity(cases, set()) == 8
+    skip = {c.name for c in cases if c.world_size != 2}  # e.g. a student's `grader grade . -k ws2`
+    assert pool_capacity(cases, skip) == 2
+    assert pool_capacity(cases, {c.name for c in cases}) == 1  # nothing left to run: one, never zero
+
+
 def _kinds_and_size_changes(cases: list[Case]) -> tuple[list[str], int]:
     kinds = [kind for kind, _ in itertools.groupby(c.kind for c in cases)]
     return kinds, len(list(itertools.groupby(c.processes for c in cases))) - 1
@@ -213,9 +221,9 @@ def test_portable_order_changes_size_less_often_and_keeps_what_verdicts_depend_o
     (kinds, changes), (new_kinds, new_changes) = _kinds_and_size_changes(cases), _kinds_and_size_changes(ordered)
     assert new_kinds == kinds
     assert (changes, new_changes) == (83, 49)
-    for key in {(c.kind, c.processes) for c in cases}:
-        assert [c.name for c in ordered if (c.kind, c.processes) == key] == [
-            c.name for c in cases if (c.kind, c.processes) == key
+    for key in {(c.kind, c.world_size) for c in cases}:  # what a hang is keyed by (with the kind's function)
+        assert [c.name for c in ordered if (c.kind, c.world_size) == key] == [
+            c.name for c in cases if (c.kind, c.world_size) == key
         ]
     assert fewer_regroups(["not a case", "either"], lambda item: None) == ["not a case", "either"]
 

@@ -79,7 +79,7 @@ class MatrixSession:
         self.sandboxing: Sandboxing | None = None
         self.pool: portable.WorkerPool | None = None
         if self.mode.portable:
-            capacity = portable.pool_capacity(max(case.processes for case in self.pack.cases()))
+            capacity = portable.pool_capacity(self.pack.cases(), set(config.skip))
             self.pool = portable.WorkerPool(
                 capacity, self.sandbox, self.pack.bodies, self.pack.search_path, self.student
             )

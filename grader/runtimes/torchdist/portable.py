@@ -27,7 +27,7 @@ import itertools
 import multiprocessing
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -226,11 +226,12 @@ class WorkerPool:
         return Worker(process, channel, out_r, watch)
 
 
-def pool_capacity(max_world_size: int) -> int:
-    """Workers alive at once: as many as the largest group has ranks.  Each worker costs a torch import
-    (about 1.6 s of CPU) and a regroup costs a Gloo rendezvous (about 50 ms), so a matrix that alternates
-    world sizes is cheapest with the fewest workers (A9: 8 torch-loaded processes, not 36)."""
-    return max_world_size
+def pool_capacity(cases: Iterable[Case], skip: Collection[str]) -> int:
+    """Workers alive at once: as many as the largest group of the cases that will run has ranks (a
+    student's ``-k`` run of small cases starts only those).  Each worker costs a torch import (about
+    1.5 s of CPU) and a regroup a Gloo rendezvous (about 50 ms), so a matrix that alternates world
+    sizes is cheapest with the fewest workers (A9: 8 torch-loaded processes, not 36)."""
+    return max((case.processes for case in cases if case.name not in skip), default=1)
 
 
 def fewer_regroups(items: list[Item], case_of: Callable[[Item], Case | None]) -> list[Item]:
