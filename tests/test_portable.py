@@ -10,7 +10,6 @@ layer that is off named, and the run called advisory.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
@@ -23,11 +22,11 @@ from typing import Any
 import pytest
 
 from grader.errors import UserError
-from grader.pack import Case, load_pack
+from grader.pack import load_pack
 from grader.pipeline import grade
 from grader.runner import run_matrix
 from grader.runtimes.torchdist import portable
-from grader.runtimes.torchdist.portable import Host, Mode, decide, fewer_regroups, pool_capacity
+from grader.runtimes.torchdist.portable import Host, Mode, decide, pool_capacity
 from grader.sandbox import isolation
 from grader.scoring import read_junit
 from tests import fidelity
@@ -204,28 +203,6 @@ def test_the_pool_starts_as_many_workers_as_the_largest_group_that_will_run_has_
     skip = {c.name for c in cases if c.world_size != 2}  # e.g. a student's `grader grade . -k ws2`
     assert pool_capacity(cases, skip) == 2
     assert pool_capacity(cases, {c.name for c in cases}) == 1  # nothing left to run: one, never zero
-
-
-def _kinds_and_size_changes(cases: list[Case]) -> tuple[list[str], int]:
-    kinds = [kind for kind, _ in itertools.groupby(c.kind for c in cases)]
-    return kinds, len(list(itertools.groupby(c.processes for c in cases))) - 1
-
-
-def test_portable_order_changes_size_less_often_and_keeps_what_verdicts_depend_on() -> None:
-    """A regroup per change of size is the portable runtime's cost: its order sorts each run of one
-    kind's cases by size, and keeps the order of kinds (a failed function's stand-in is used by later
-    kinds) and of each kind's cases at one size (the first to hang there makes the rest ``not_run``)."""
-    cases = list(load_pack("a9").cases())
-    ordered = fewer_regroups(cases, lambda case: case)
-    assert sorted(c.name for c in ordered) == sorted(c.name for c in cases)
-    (kinds, changes), (new_kinds, new_changes) = _kinds_and_size_changes(cases), _kinds_and_size_changes(ordered)
-    assert new_kinds == kinds
-    assert (changes, new_changes) == (83, 49)
-    for key in {(c.kind, c.world_size) for c in cases}:  # what a hang is keyed by (with the kind's function)
-        assert [c.name for c in ordered if (c.kind, c.world_size) == key] == [
-            c.name for c in cases if (c.kind, c.world_size) == key
-        ]
-    assert fewer_regroups(["not a case", "either"], lambda item: None) == ["not a case", "either"]
 
 
 # --------------------------------------------------------------------------- hangs without /proc

@@ -361,16 +361,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if skip:
         config.hook.pytest_deselected(items=[i for i in items if i.name in skip])
         items[:] = [i for i in items if i.name not in skip]
-    if _SESSION.pool is not None:  # spawned workers regroup on each change of size: change it less often
-        from grader.runtimes.torchdist.portable import fewer_regroups
-
-        items[:] = fewer_regroups(items, _case_of)
-
-
-def _case_of(item: pytest.Item) -> Case | None:
-    callspec = getattr(item, "callspec", None)
-    case = callspec.params.get("case") if callspec is not None else None
-    return case if isinstance(case, Case) else None
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -23,14 +23,13 @@ its :class:`WorkerPool` first, so that the workers' torch imports overlap its ow
 from __future__ import annotations
 
 import contextlib
-import itertools
 import multiprocessing
 import os
 import sys
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from grader.runtimes.torchdist.portable_rank import LOOPBACK, WorkerSetup, main
 
@@ -41,7 +40,6 @@ if TYPE_CHECKING:
 ADVISORY = "advisory; the instructor's run is the grade of record"
 #: Environment a spawned rank keeps: what Python and the OS need to start, nothing of the grader's.
 KEEP_ENV = ("PATH", "SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "TEMP", "TMP", "LANG", "LC_ALL", "PATHEXT", "COMSPEC")
-Item = TypeVar("Item")
 SPAWN_S = 90.0  # added to a group's start budget while a worker still imports torch (a loaded laptop)
 
 
@@ -232,26 +230,3 @@ def pool_capacity(cases: Iterable[Case], skip: Collection[str]) -> int:
     1.5 s of CPU) and a regroup a Gloo rendezvous (about 50 ms), so a matrix that alternates world
     sizes is cheapest with the fewest workers (A9: 8 torch-loaded processes, not 36)."""
     return max((case.processes for case in cases if case.name not in skip), default=1)
-
-
-def fewer_regroups(items: list[Item], case_of: Callable[[Item], Case | None]) -> list[Item]:
-    """The session's cases in the order the portable runtime runs them: each run of consecutive cases of
-    one kind sorted by rank processes (stable).  Its workers serve one group at a time (at most the
-    largest group's worth), so every change of size is a regroup (a Gloo rendezvous, the student's
-    modules imported again); A9's order, which steps through the sizes within each test function, made
-    84 changes, this one 50.  No verdict depends on it: what one case teaches the session about the
-    next (a failed function replaced by the grader's own, a function that hung at a world size) crosses
-    kinds, whose order is kept, or is keyed by world size, whose cases keep their order."""
-    ordered: list[Item] = []
-    for kind, run in itertools.groupby(items, key=lambda item: _kind(case_of(item))):
-        block = list(run)
-        ordered += sorted(block, key=lambda item: _processes(case_of(item))) if kind else block
-    return ordered
-
-
-def _kind(case: Case | None) -> str:
-    return case.kind if case is not None else ""
-
-
-def _processes(case: Case | None) -> int:
-    return case.processes if case is not None else 0
