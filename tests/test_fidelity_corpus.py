@@ -14,52 +14,20 @@ the handout says, and no more.
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from grader.pack import load_pack
-from grader.pipeline import grade
+from tests.fidelity import ENTRIES, FullGrades, spec
 
-REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO / "tests" / "corpus" / "fidelity"
-ENTRIES = sorted(p.name for p in CORPUS.iterdir() if (p / "expected.json").is_file())
-ANSWERS = "written_answers_task1.md"
 pytestmark = pytest.mark.slow
 
 
-def build(entry: Path, spec: dict[str, Any], dest: Path) -> Path:
-    """The submission an entry stands for: its base tree with the entry's edits applied."""
-    shutil.copytree(REPO / spec["base"], dest)
-    edits: dict[str, list[list[str]]] = dict(spec.get("patch", {}))
-    if "answers_patch" in spec:
-        edits[ANSWERS] = spec["answers_patch"]
-    for name, pairs in edits.items():
-        text = (dest / name).read_text()
-        for old, new in pairs:
-            assert text.count(old) == 1, f"{entry.name}: {name} has {text.count(old)} copies of {old!r}"
-            text = text.replace(old, new)
-        (dest / name).write_text(text)
-    if "answers_file" in spec:
-        shutil.copy(entry / spec["answers_file"], dest / ANSWERS)
-    for name, instead in spec.get("replace", {}).items():  # a file handed in another form (HW12's export)
-        (dest / name).unlink()
-        shutil.copy(entry / instead, dest / instead)
-    for name, source in spec.get("files", {}).items():
-        shutil.copy(entry / source, dest / name)
-    return dest
-
-
 @pytest.mark.parametrize("name", ENTRIES)
-def test_fidelity_entry(name: str, tmp_path: Path) -> None:
-    entry = CORPUS / name
-    spec = json.loads((entry / "expected.json").read_text())
-    rubric = load_pack(spec.get("pack", "a9")).rubric
-    result = grade(build(entry, spec, tmp_path / "submission"), rubric)
+def test_fidelity_entry(name: str, tmp_path: Path, full_grades: FullGrades) -> None:
+    expected = spec(name)
+    result = full_grades.get(name, tmp_path)
     items = {item.id: item.score for item in result.items()}
-    differ = {k: (want, items.get(k)) for k, want in spec["items"].items() if abs(items.get(k, -1) - want) > 0.005}
-    assert differ == {}, f"{name}: (expected, got) {differ}\n{spec['why']}"
-    assert set(items) == set(spec["items"])
+    differ = {k: (want, items.get(k)) for k, want in expected["items"].items() if abs(items.get(k, -1) - want) > 0.005}
+    assert differ == {}, f"{name}: (expected, got) {differ}\n{expected['why']}"
+    assert set(items) == set(expected["items"])

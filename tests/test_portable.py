@@ -22,12 +22,14 @@ from typing import Any
 import pytest
 
 from grader.errors import UserError
+from grader.pack import load_pack
 from grader.pipeline import grade
 from grader.runner import run_matrix
 from grader.runtimes.torchdist import portable
-from grader.runtimes.torchdist.portable import Host, Mode, decide
+from grader.runtimes.torchdist.portable import Host, Mode, decide, pool_capacity
 from grader.sandbox import isolation
 from grader.scoring import read_junit
+from tests import fidelity
 from tests.test_hangs import body_start
 
 REPO = Path(__file__).resolve().parents[1]
@@ -166,7 +168,8 @@ def test_the_grader_imports_where_fcntl_and_resource_do_not_exist() -> None:
         "sys.modules['fcntl'] = None; sys.modules['resource'] = None\n"
         "del os.fork, os.sysconf\n"
         "import grader.cli, grader.pipeline, grader.runner, grader.matrix.plugin, grader.matrix.verdicts\n"
-        "import grader.runtimes.torchdist.portable, grader.runtimes.torchdist.rank, grader.selection\n"
+        "import grader.runtimes.torchdist.portable, grader.runtimes.torchdist.portable_group\n"
+        "import grader.runtimes.torchdist.rank, grader.selection\n"
         "import grader.sandbox.isolation as iso\n"
         "assert iso.resource is None\n"
         "print('ok')\n"
@@ -192,6 +195,14 @@ def test_intake_without_descriptor_walks_still_refuses_every_link(
     assert "SECRET" not in "".join(p.read_text() for p in intake.sandbox.rglob("*") if p.is_file())
     assert "src/transformer.py is a symlink: refused" in intake.problems
     assert "all_to_all_schematic.png is a symlink: refused" in intake.problems
+
+
+def test_the_pool_starts_as_many_workers_as_the_largest_group_that_will_run_has_ranks() -> None:
+    cases = list(load_pack("a9").cases())
+    assert pool_capacity(cases, set()) == 8
+    skip = {c.name for c in cases if c.world_size != 2}  # e.g. a student's `grader grade . -k ws2`
+    assert pool_capacity(cases, skip) == 2
+    assert pool_capacity(cases, {c.name for c in cases}) == 1  # nothing left to run: one, never zero
 
 
 # --------------------------------------------------------------------------- hangs without /proc
@@ -267,16 +278,7 @@ def test_portable_finds_a_deadlock_by_the_ranks_own_account(tmp_path: Path) -> N
 
 # --------------------------------------------------------------------------- the same verdicts
 
-A9_TREES = [("reference/a9", 105), ("reference/a9-naive", 100), ("student_template/a9", 0)]
-
-
-def _case_verdicts(out: Path) -> dict[str, str]:
-    return {case["id"]: case["verdict"] for case in json.loads((out / "results.json").read_text())["cases"]}
-
-
-def _items(out: Path) -> list[dict[str, Any]]:
-    result = json.loads((out / "results.json").read_text())
-    return [item for task in result["tasks"] for item in task["items"]]
+A9_TREES = [("reference/a9", 105), ("student_template/a9", 0)]  # the naive reference: case by case below
 
 
 @pytest.mark.slow
@@ -289,15 +291,12 @@ def test_portable_grades_honest_a9_trees_as_the_full_sandbox_does(tree: str, tot
 
 
 @pytest.mark.slow
-def test_portable_and_full_agree_case_by_case_on_the_naive_reference(tmp_path: Path) -> None:
+def test_portable_and_full_agree_case_by_case_on_the_naive_reference() -> None:
     """Every case's verdict and every item's score, not only the total."""
-    outs = {}
-    for mode in ("auto", "portable"):
-        outs[mode] = tmp_path / mode
-        grade(REPO / "reference" / "a9-naive", out_dir=outs[mode], runtime=mode)
-    assert _case_verdicts(outs["portable"]) == _case_verdicts(outs["auto"])
-    scores = {mode: {i["id"]: i["score"] for i in _items(out)} for mode, out in outs.items()}
-    assert scores["portable"] == scores["auto"]
+    results = {mode: grade(REPO / "reference" / "a9-naive", runtime=mode) for mode in ("auto", "portable")}
+    assert results["portable"].score == 100
+    full, portable_run = (fidelity.Record.of(results[mode]) for mode in ("auto", "portable"))
+    assert full.differences(portable_run) == {}, "(full, portable)"
 
 
 @pytest.mark.slow
@@ -312,14 +311,13 @@ def test_portable_grades_the_a4_reference_zip_as_the_full_sandbox_does(tmp_path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["tp_serial_forward_then_allreduce", "a4_no_gradient_averaging"])
-def test_portable_grades_fidelity_entries_as_expected(name: str, tmp_path: Path) -> None:
-    from grader.pack import load_pack
-    from tests.test_fidelity_corpus import CORPUS, build
-
-    spec = json.loads((CORPUS / name / "expected.json").read_text())
-    result = grade(
-        build(CORPUS / name, spec, tmp_path / "sub"), load_pack(spec.get("pack", "a9")).rubric, runtime="portable"
-    )
-    items = {item.id: item.score for item in result.items()}
-    assert {k: items.get(k) for k in spec["items"]} == pytest.approx(spec["items"])
+@pytest.mark.parametrize("name", fidelity.entries("a9", "a4"))
+def test_portable_gives_every_fidelity_entry_the_full_sandboxs_verdicts(
+    name: str, tmp_path: Path, full_grades: fidelity.FullGrades
+) -> None:
+    """Every case's verdict and every item's score of each A9 and A4 entry, as the full sandbox gives
+    them (its grading is the one ``test_fidelity_corpus`` checked, when it ran in this session)."""
+    full = fidelity.Record.of(full_grades.get(name, tmp_path))
+    portable_result = fidelity.grade_entry(name, tmp_path / "portable", runtime="portable")
+    assert portable_result.isolation["runtime"].startswith("off: portable runtime")
+    assert full.differences(fidelity.Record.of(portable_result)) == {}, "(full, portable)"

@@ -4,9 +4,11 @@ a user namespace of its own (rootless), so the capture and the private loopback 
 layers that truly need root (a cgroup, a uid per rank) report themselves off, with the reason, and
 honest code scores exactly what it scores as root.
 
-Two runs: ``unshare --user`` maps this process's user to an unprivileged uid in a user namespace of
-its own (the grader sees ``geteuid() != 0`` and holds no capability, while this Python stays readable,
-as for a laptop's owner); and a real unprivileged account (created if need be) that the test drops to.
+Two ways to be unprivileged: ``unshare --user`` maps this process's user to an unprivileged uid in a
+user namespace of its own (the grader sees ``geteuid() != 0`` and holds no capability, while this
+Python stays readable, as for a laptop's owner); and a real unprivileged account (created if need be)
+that the test drops to.  The first also grades every A9 and A4 entry of the fidelity corpus, all in
+one process, and each case's verdict and item's score must be the full sandbox's.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ from pathlib import Path
 
 import pytest
 
+from tests import fidelity
+
 REPO = Path(__file__).resolve().parents[1]
+UNPRIVILEGED = ["unshare", "--user", "--map-user=61001", "--map-group=61001", sys.executable]
 NEEDS_ROOT = {"cgroup", "uid"}  # rootless: no cgroup is delegated, and one uid is mapped
 STUDENT = "grader-student"
 pytestmark = [
@@ -37,7 +42,7 @@ def test_without_root_honest_code_scores_the_same_and_says_what_is_off(
     tmp_path: Path, tree: str, total: float, bonus: float
 ) -> None:
     out = tmp_path / "out"
-    cmd = ["unshare", "--user", "--map-user=61001", "--map-group=61001", sys.executable, "-m", "grader", "grade"]
+    cmd = [*UNPRIVILEGED, "-m", "grader", "grade"]
     done = subprocess.run([*cmd, tree, "--out", str(out), "--format", "json"], cwd=REPO, capture_output=True)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     result = json.loads((out / "results.json").read_text())
@@ -47,6 +52,48 @@ def test_without_root_honest_code_scores_the_same_and_says_what_is_off(
     assert off == NEEDS_ROOT, layers
     assert all(layers[name].startswith("off: ") and len(layers[name]) > 6 for name in off)  # with the reason
     assert_rootless(result)
+
+
+#: grades each (entry name, submission) pair of its arguments in this one process (a Python and a torch
+#: import for them all), and writes each one's runtime layer and Record to the file named first
+GRADE_ENTRIES = """
+import dataclasses, json, sys
+from grader.pack import load_pack
+from grader.pipeline import grade
+from tests.fidelity import Record, pack_of
+graded = {}
+for name, path in zip(sys.argv[2::2], sys.argv[3::2]):
+    result = grade(path, load_pack(pack_of(name)).rubric)
+    graded[name] = {"runtime": result.isolation["runtime"], **dataclasses.asdict(Record.of(result))}
+open(sys.argv[1], "w").write(json.dumps(graded))
+"""
+
+
+def test_rootless_gives_every_fidelity_entry_the_full_sandboxs_verdicts(
+    tmp_path: Path, full_grades: fidelity.FullGrades
+) -> None:
+    """Every case's verdict and every item's score of each A9 and A4 entry, rootless as in the full
+    sandbox (whose gradings ``test_fidelity_corpus`` made, when it ran in this session)."""
+    names = fidelity.entries("a9", "a4")
+    shared = Path(tempfile.mkdtemp(prefix="grader-rootless-corpus-"))  # pytest's tmp_path is root's alone
+    try:
+        os.chmod(shared, 0o755)
+        args = []
+        for name in names:
+            args += [name, str(fidelity.build(fidelity.CORPUS / name, fidelity.spec(name), shared / name))]
+        out = shared / "graded.json"
+        done = subprocess.run([*UNPRIVILEGED, "-c", GRADE_ENTRIES, str(out), *args], cwd=REPO, capture_output=True)
+        assert done.returncode == 0, done.stderr.decode()[-3000:]
+        graded = json.loads(out.read_text())
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    assert sorted(graded) == names
+    differ = {}
+    for name in names:
+        assert graded[name]["runtime"] == "on: rootless (an unprivileged user namespace)", name
+        full = fidelity.Record.of(full_grades.get(name, tmp_path))
+        differ[name] = full.differences(fidelity.Record.from_json(graded[name]))
+    assert {name: d for name, d in differ.items() if d} == {}, "(full, rootless)"
 
 
 def assert_rootless(result: dict[str, object]) -> None:

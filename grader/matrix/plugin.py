@@ -85,7 +85,7 @@ class MatrixSession:
         self.sandboxing: Sandboxing | None = None
         self.pool: portable.WorkerPool | None = None
         if self.mode.portable:
-            capacity = portable.pool_capacity(max(case.processes for case in self.pack.cases()))
+            capacity = portable.pool_capacity(self.pack.cases(), set(config.skip))
             self.pool = portable.WorkerPool(
                 capacity, self.sandbox, self.pack.bodies, self.pack.search_path, self.student
             )
@@ -325,7 +325,7 @@ class MatrixSession:
     def _new_group(self, size: int) -> Any:
         """A rank group of the session's runtime (both have the same interface)."""
         from grader.runtimes.torchdist.launcher import RankGroup
-        from grader.runtimes.torchdist.portable import PortableGroup
+        from grader.runtimes.torchdist.portable_group import PortableGroup
 
         if self.pool is not None:
             return PortableGroup(size, self.limits, self.pool)

@@ -5,7 +5,7 @@ the process is root on Linux, the rootless one where unprivileged user namespace
 ``grader.sandbox.netns``), and this portable one where there is no ``os.fork``, the system is not
 Linux, or no namespace can be made at all, or when ``--isolation portable`` asks for it.
 
-A :class:`PortableGroup` has the interface of ``launcher.RankGroup`` (start, run_case, close), so
+A ``portable_group.PortableGroup`` has the interface of ``launcher.RankGroup`` (start, run_case, close), so
 the matrix session treats both alike: one live group per world size across many cases, torn down
 after any case that leaves the wire in doubt.  Its ranks (``portable_rank``) are started with
 ``multiprocessing``'s spawn context in a scrubbed environment, join a Gloo group through a
@@ -15,39 +15,31 @@ inputs; the session decides every verdict.  What it cannot do without Linux: mea
 the case's time budget (and by the ranks' own account for a deadlock), and a rank that does not
 answer its watchdog is a ``hang`` without a line.  Every such layer is reported off, with the
 ``runtime`` layer saying the run is advisory.
+
+This module imports no torch (the groups, which do, are ``portable_group``'s): the session starts
+its :class:`WorkerPool` first, so that the workers' torch imports overlap its own.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import multiprocessing
-import multiprocessing.connection
 import os
-import shutil
-import signal
 import sys
-import tempfile
-import threading
-import time
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from grader.limits import Limits
-from grader.runtimes.torchdist import replies
-from grader.runtimes.torchdist.launcher import FAILURE_GRACE_S, STACK_WAIT_S, GroupStartError
 from grader.runtimes.torchdist.portable_rank import LOOPBACK, WorkerSetup, main
-from grader.runtimes.torchdist.runs import CappedOutput, CaseRun, RankReport, clean
-from grader.sandbox import wire
-from grader.sandbox.status import StatusSlot
+
+if TYPE_CHECKING:
+    from grader.pack import Case
+    from grader.runtimes.torchdist.portable_group import PortableGroup
 
 ADVISORY = "advisory; the instructor's run is the grade of record"
 #: Environment a spawned rank keeps: what Python and the OS need to start, nothing of the grader's.
 KEEP_ENV = ("PATH", "SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "TEMP", "TMP", "LANG", "LC_ALL", "PATHEXT", "COMSPEC")
-DEADLOCK_POLL_S = 0.25
 SPAWN_S = 90.0  # added to a group's start budget while a worker still imports torch (a loaded laptop)
 
 
@@ -145,7 +137,7 @@ def _scrubbed_environment() -> Any:
 
 
 @dataclass
-class _Rank:
+class Worker:
     """One spawned worker process and the session's ends of its connections."""
 
     process: Any  # multiprocessing's SpawnProcess
@@ -174,13 +166,13 @@ class WorkerPool:
     ):
         self.capacity = capacity
         self.setup = WorkerSetup(str(sandbox), bodies, search_path, student)
-        self.idle: list[_Rank] = []
+        self.idle: list[Worker] = []
         self.groups: list[PortableGroup] = []  # live groups, least recently used first
         self.spawned = 0  # workers started over the session (for the record: each is a torch import)
         with _scrubbed_environment():  # all at once, while the session is still starting
             self.idle = [self._spawn() for _ in range(capacity)]
 
-    def take(self, n: int, group: PortableGroup) -> list[_Rank]:
+    def take(self, n: int, group: PortableGroup) -> list[Worker]:
         """``n`` workers for ``group``: idle ones first, then new ones, evicting idle groups for room."""
         self.idle = [w for w in self.idle if w.process.is_alive()]
         busy = sum(len(g.ranks) for g in self.groups)
@@ -202,7 +194,7 @@ class WorkerPool:
             self.groups.remove(group)
             self.groups.append(group)
 
-    def give_back(self, group: PortableGroup, workers: list[_Rank], reusable: bool) -> None:
+    def give_back(self, group: PortableGroup, workers: list[Worker], reusable: bool) -> None:
         if group in self.groups:
             self.groups.remove(group)
         for worker in workers:
@@ -219,7 +211,7 @@ class WorkerPool:
             worker.kill()
         self.idle = []
 
-    def _spawn(self) -> _Rank:
+    def _spawn(self) -> Worker:
         ctx = multiprocessing.get_context("spawn")
         channel, theirs = ctx.Pipe(duplex=True)
         out_r, out_w = ctx.Pipe(duplex=False)
@@ -229,223 +221,12 @@ class WorkerPool:
         for end in (theirs, out_w, their_watch):
             end.close()
         self.spawned += 1
-        return _Rank(process, channel, out_r, watch)
+        return Worker(process, channel, out_r, watch)
 
 
-class PortableGroup:
-    """A group of spawned ranks: ``launcher.RankGroup``'s interface, without the Linux sandbox."""
-
-    def __init__(self, world_size: int, limits: Limits, pool: WorkerPool) -> None:
-        self.world_size = world_size
-        self.limits = limits
-        self.pool = pool
-        self.layers: dict[str, str] = {}
-        self.alive = False
-        self.ranks: list[_Rank] = []
-        self._ready_layers: dict[int, dict[str, str]] = {}  # what each rank's ready frame reports
-        self._dir = Path(tempfile.mkdtemp(prefix=f"grader-ws{world_size}-"))
-
-    def launch(self) -> None:
-        """Nothing ahead of time: every group takes its ranks from the one pool (``RankGroup.launch``)."""
-
-    def wait_ready(self) -> None:
-        self.start()
-
-    def start(self) -> None:
-        self.ranks = self.pool.take(self.world_size, self)
-        self.alive = True
-        fresh = any(rk.fresh for rk in self.ranks)
-        joins = [
-            wire.encode(
-                {
-                    "op": "join",
-                    "rank": r,
-                    "world_size": self.world_size,
-                    "store": str(self._dir / "store"),
-                    "scratch": str(self._dir / f"rank{r}"),
-                }
-            )
-            for r in range(self.world_size)
-        ]
-        run = self._exchange(joins, self.limits.start_timeout_s + (SPAWN_S if fresh else 0), expect="ready")
-        if any(rep.status != "ready" for rep in run.ranks):
-            self.close(reusable=False)
-            failed = [rep for rep in run.ranks if rep.status != "ready"]
-            reason = "; ".join(f"rank {rep.rank}: {rep.message or rep.status}" for rep in failed[:3])
-            tail = run.output.splitlines()[-5:]
-            raise GroupStartError(reason + ("\n" + "\n".join(tail) if tail else ""), run)
-        for layers in self._ready_layers.values():
-            self.layers.update(layers)
-
-    def kill(self) -> None:
-        """Nothing to signal: ``close`` gives the workers back to the pool (``RankGroup.kill``)."""
-
-    def close(self, reusable: bool = True) -> None:
-        """End the group: its workers go back to the pool when it ended clean (every case so far was
-        clean, or it would already be closed), else they are killed (a spawned rank has no init to
-        take its children: they are its own business, and the process is killed)."""
-        if self.alive:
-            self.pool.give_back(self, self.ranks, reusable)
-        self.ranks = []
-        self.alive = False
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-    def __enter__(self) -> PortableGroup:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def run_case(self, header: dict[str, Any], inputs: list[dict[str, torch.Tensor]], timeout_s: float) -> CaseRun:
-        header = {"op": "case", **header, "t0": time.monotonic()}
-        frames = [wire.encode(header, inputs[r]) for r in range(self.world_size)]
-        self.pool.used(self)
-        run = self._exchange(frames, timeout_s, expect="case")
-        if not clean(run):
-            self.close(reusable=False)
-        return run
-
-    def _exchange(self, frames: list[bytes], timeout_s: float, expect: str) -> CaseRun:
-        """Send each rank its frame and collect one reply per rank (``expect``: "ready" or "case"), or stop."""
-        t0 = time.monotonic()
-        n = self.world_size
-        for rk, frame in zip(self.ranks, frames, strict=True):
-            # a thread per rank: a rank that never reads must not block the session
-            threading.Thread(target=_send, args=(rk.channel, frame), daemon=True).start()
-        limit = (self.limits.max_result_mb << 20) + wire.MAX_HEADER_BYTES + 1024
-        reports: list[RankReport | None] = [None] * n
-        output = CappedOutput(self.limits.output_kb << 10)
-        hang, failed_at = "", None
-        last_poll, previous = t0, None
-        while any(rep is None for rep in reports):
-            waiting = [r for r in range(n) if reports[r] is None]
-            objects = [rk.output for rk in self.ranks] + [self.ranks[r].channel for r in waiting]
-            objects += [self.ranks[r].process.sentinel for r in waiting]
-            ready = multiprocessing.connection.wait(objects, timeout=0.02)
-            for r, rk in enumerate(self.ranks):
-                if rk.output in ready:
-                    output.feed(r, _drain(rk.output))
-            for r in waiting:
-                rk = self.ranks[r]
-                if rk.channel in ready or rk.process.sentinel in ready:
-                    reports[r] = self._reply(r, limit, expect)
-            now = time.monotonic()
-            if failed_at is None and any(rep is not None and rep.status not in ("ok", "ready") for rep in reports):
-                failed_at = now
-            if failed_at is not None and now - failed_at > FAILURE_GRACE_S:
-                break
-            if now - t0 > timeout_s:
-                hang = "timeout"
-                break
-            waiting = [r for r in range(n) if reports[r] is None]
-            if expect == "case" and waiting and now - last_poll > DEADLOCK_POLL_S:
-                last_poll = now
-                where = self._where(waiting, with_stack=False)
-                previous, hang = _deadlock(where, previous, now, self.limits.deadlock_after_s)
-                if hang:
-                    break
-        unfinished = [r for r in range(n) if reports[r] is None]
-        where = self._where(unfinished, with_stack=True) if unfinished else {}
-        elapsed = time.monotonic() - t0
-        final = []
-        for r in range(n):
-            rep = reports[r]
-            if rep is None:
-                rep = RankReport(r, "hang" if hang else "no_reply")
-                answer = where.get(r)
-                if answer is not None:  # no answer: a hang without a line
-                    state, text = answer.get("state"), str(answer.get("text", ""))[:256]
-                    rep.blocked_in = text if state in (StatusSlot.BLOCKED, StatusSlot.IMPORTING) else ""
-                    rep.stack = str(answer.get("stack", ""))
-                    cpu = answer.get("cpu_s")
-                    if isinstance(cpu, int | float) and elapsed > 0:
-                        rep.cpu_percent = round(100 * cpu / elapsed)
-            final.append(rep)
-        for r, rk in enumerate(self.ranks):
-            output.feed(r, _drain(rk.output))
-        return CaseRun(final, time.monotonic() - t0, hang, output.text(), output.truncated)
-
-    def _reply(self, r: int, limit: int, expect: str) -> RankReport:
-        """The rank's reply frame, or how it ended when its channel closed without one."""
-        rk = self.ranks[r]
-        try:
-            if rk.channel.poll():
-                data = rk.channel.recv_bytes(limit)
-                got = wire.FrameReader(limit).feed(data)
-                if not got:
-                    raise wire.WireError("an incomplete frame")
-                reply = replies.parse(got[0].header, self.world_size)
-                rep = RankReport(r, reply.status, reply.message, got[0].tensors, reply.claims, replied=True)
-                if expect == "ready":
-                    self._ready_layers[r] = dict(reply.layers)
-                return rep
-        except wire.WireError as exc:
-            return RankReport(r, "wire_error", f"rank {r} sent a malformed reply: {exc}")
-        except (EOFError, OSError):
-            pass  # its end closed: how it ended is the process's exit status
-        rk.process.join(1.0)
-        code = rk.process.exitcode
-        if code is not None and code < 0:
-            with contextlib.suppress(ValueError):
-                return RankReport(r, "signaled", f"rank {r} was killed by {signal.Signals(-code).name}")
-        return RankReport(r, "exited", f"rank {r} exited with status {code} during the case")
-
-    def _where(self, ranks: list[int], with_stack: bool) -> dict[int, dict[str, Any]]:
-        """Each rank's watchdog answer (its status, CPU seconds of the case, stacks), within STACK_WAIT_S."""
-        asked = {}
-        for r in ranks:
-            with contextlib.suppress(OSError):
-                self.ranks[r].watch.send_bytes(b"stack" if with_stack else b"where")
-                asked[self.ranks[r].watch] = r
-        answers: dict[int, dict[str, Any]] = {}
-        deadline = time.monotonic() + STACK_WAIT_S
-        while asked and time.monotonic() < deadline:
-            for conn in multiprocessing.connection.wait(list(asked), timeout=0.05):
-                r = asked.pop(conn)
-                try:
-                    answer = json.loads(conn.recv_bytes(1 << 17))  # type: ignore[union-attr]
-                except (EOFError, OSError, ValueError):
-                    continue
-                if isinstance(answer, dict):
-                    answers[r] = answer
-        return answers
-
-
-def _deadlock(
-    where: dict[int, dict[str, Any]], previous: tuple[float, dict[int, Any]] | None, now: float, after_s: float
-) -> tuple[tuple[float, dict[int, Any]] | None, str]:
-    """Every unfinished rank answered, each blocked in communication with the same status as before,
-    using under a tenth of the elapsed time in CPU, for ``after_s``: a deadlock by the ranks' own account."""
-    blocked = {r: (a.get("seq"), a.get("cpu_s", 0.0)) for r, a in where.items() if a.get("state") == StatusSlot.BLOCKED}
-    if not where or len(blocked) != len(where):
-        return None, ""
-    if previous is None or {r: s for r, (s, _) in blocked.items()} != {r: s for r, (s, _) in previous[1].items()}:
-        return (now, blocked), ""
-    since, before = previous
-    cpu = sum(float(c) - float(before[r][1]) for r, (_, c) in blocked.items())
-    if now - since > after_s and cpu < 0.1 * (now - since):
-        return previous, "deadlock"
-    return previous, ""
-
-
-def _send(conn: Any, frame: bytes) -> None:
-    with contextlib.suppress(OSError, ValueError):
-        conn.send_bytes(frame)
-
-
-def _drain(conn: Any) -> bytes:
-    chunks, total = [], 0
-    with contextlib.suppress(EOFError, OSError):
-        while total < 4 << 20 and conn.poll():
-            chunk = conn.recv_bytes(1 << 20)
-            chunks.append(chunk)
-            total += len(chunk)
-    return b"".join(chunks)
-
-
-def pool_capacity(max_world_size: int) -> int:
-    """Workers alive at once: as many as the largest group has ranks.  Each worker costs a torch import
-    (about 1.6 s of CPU) and a regroup costs a Gloo rendezvous (about 50 ms), so a matrix that alternates
-    world sizes is cheapest with the fewest workers (A9: 8 torch-loaded processes, not 36)."""
-    return max_world_size
+def pool_capacity(cases: Iterable[Case], skip: Collection[str]) -> int:
+    """Workers alive at once: as many as the largest group of the cases that will run has ranks (a
+    student's ``-k`` run of small cases starts only those).  Each worker costs a torch import (about
+    1.5 s of CPU) and a regroup a Gloo rendezvous (about 50 ms), so a matrix that alternates world
+    sizes is cheapest with the fewest workers (A9: 8 torch-loaded processes, not 36)."""
+    return max((case.processes for case in cases if case.name not in skip), default=1)
