@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import os
 import re
 import shutil
@@ -241,7 +240,7 @@ def agreement(runs: list[Run]) -> str:
     return f"Gradebooks agree: all {len(base.gradebook)} rows identical, every column, across {len(runs)} modes."
 
 
-def slurm_lines(jobs: list[SlurmJob], students: int) -> tuple[list[str], float]:
+def slurm_lines(jobs: list[SlurmJob], students: int) -> tuple[list[str], float | None]:
     """Per job: queue wait (submit -> start, Slurm's clock) and start (-> Dask worker registered)."""
     lines = ["| Slurm job | queue wait s | start to worker registered s | sbatch to registered s |"]
     lines.append("|---|---|---|---|")
@@ -252,13 +251,22 @@ def slurm_lines(jobs: list[SlurmJob], students: int) -> tuple[list[str], float]:
         if job.registered is not None:
             overheads.append(job.registered - job.submitted)
         lines.append(f"| {job.job_id} | {job.started - job.submitted:.0f} | {ready} | {whole} |")
-    per_job = sum(overheads) / len(overheads) if overheads else math.nan
+    if not overheads:
+        return [*lines, "\nno worker log says when it registered: J not measured"], None
+    per_job = sum(overheads) / len(overheads)
+    ramp = max(j.registered or 0.0 for j in jobs) - min(j.submitted for j in jobs)
     lines.append(
         f"\n{len(jobs)} jobs for {students} students; per-job overhead J (sbatch to worker registered, mean): "
         f"{per_job:.1f} s, paid once per job, by the jobs side by side: about {per_job / students:.2f} s per "
-        "student of wall time here (the worker's one `import torch, grader` check comes after, as on local:2)"
+        f"student of wall time here; first sbatch to last worker registered: {ramp:.1f} s (dask-jobqueue's "
+        "adaptive scaling submits the jobs in turn). The worker's one `import torch, grader` check comes after, "
+        "as on local:2."
     )
     return lines, per_job
+
+
+def _size(tree: Path) -> int:
+    return sum(p.stat().st_size for p in tree.rglob("*") if p.is_file() and not p.is_symlink())
 
 
 def main() -> None:
@@ -308,6 +316,11 @@ def main() -> None:
         print(f"\nClass: {args.students} students ({', '.join(f'{n} {kind}' for kind, n in kinds.most_common())}).\n")
         print("\n".join(table(runs, base, args.students)))
         print(f"\n{agreement(runs)}")
+        print(
+            f"Per student: {_size(work / 'class') / args.students / 1e3:.0f} kB of submission (read by the client, "
+            f"then by the worker), {_size(again / 'students') / args.students / 1e3:.0f} kB of output (a grading's "
+            "comes back through Dask as a tar; the client writes it and the reports)."
+        )
         print(
             f"Client's own cost (the batch again, every student cached: cache keys, rescoring, reports): "
             f"{rerun.wall:.1f} s for {args.students} students, {alone.wall:.1f} s for one, so "
