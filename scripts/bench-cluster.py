@@ -155,7 +155,8 @@ def slurm_config(work: Path) -> Path:
 
 
 def slurm_jobs(env: dict[str, str], logs: Path) -> list[SlurmJob]:
-    """Every job Slurm still remembers (``MinJobAge``: 300 s after its end), with its worker's log.
+    """Every worker job Slurm still remembers, with its worker's log.  Slurm forgets a job ``MinJobAge``
+    (300 s) after its end: the jobs end with the batch, unless adaptive scaling retired one earlier.
 
     Slurm's times have one-second resolution; Dask's log lines have milliseconds, in local time too."""
     out = subprocess.run(["scontrol", "-o", "show", "job"], env=env, capture_output=True, text=True, check=True)
@@ -301,6 +302,8 @@ def main() -> None:
                 runs.append(batch(work / "class", work / mode, label, options, env, work / f"{mode}.log"))
                 if mode == "slurm":
                     jobs = slurm_jobs(env, work / "jobs")
+        if not runs:
+            raise SystemExit("bench-cluster: no mode ran")
         # The client's own part, serial: the first mode's directory again, every student cached (no cluster
         # needed), for the whole class and for its first student alone: F + N r and F + r.
         again = work / modes[0]
