@@ -8,7 +8,8 @@ machine so that the load hits both alike:
   workflow  the workflow's grading step, its `run:` script verbatim (bash, with the runner's variables)
   empty     `docker run` with the step's options and `--entrypoint /bin/true`: create, start, teardown
   python    the same with `python -c pass`: the interpreter's start
-  imports   the same with `python -c "import torch, grader.pipeline"`: what a grade imports first
+  imports   the same with `python -c "import grader.cli, grader.pipeline"`: what the entrypoint imports
+            before the grade starts (torch is imported by the grade's matrix session, inside the grade)
 
 The step's options are the workflow's own (its `docker run` line expanded by bash), never a copy.  From
 results.json, the grade's own `timings.total`; from classroom.json's mtime, when the file existed.  The
@@ -106,7 +107,7 @@ def workflow_round(script: str, env: dict[str, str], options: list[str], image: 
         "score": score,
         "empty": timed([*probe, "/bin/true", image], env),
         "python": timed([*probe, "python", image, "-c", "pass"], env),
-        "imports": timed([*probe, "python", image, "-c", "import torch, grader.pipeline"], env),
+        "imports": timed([*probe, "python", image, "-c", "import grader.cli, grader.pipeline"], env),
     }
 
 
@@ -153,27 +154,29 @@ def main() -> None:
 
 
 def report(rounds: list[dict[str, float | str]]) -> None:
-    def med(key: str) -> float:
-        return statistics.median(float(r[key]) for r in rounds)
+    """Each row is worked out per round, then the median of the rounds is printed (load moves them all)."""
 
-    empty, grade, step = med("empty"), med("grade"), med("step")
-    python = med("python") - empty
-    imported = med("imports") - med("python")
-    rows = [
-        ("container create + start + teardown (empty container)", empty),
-        ("python start in the container", python),
-        ("import torch, grader.pipeline in the container", imported),
-        ("the grade (results.json timings.total)", grade),
-        ("rest: CLI, reports, base64, exit", step - empty - python - imported - grade),
-        ("workflow step, total", step),
-        ("  of which after classroom.json existed", step - med("to_json")),
-        ("host: the same grade outside Docker, total", med("host")),
-        ("host: its grade (timings.total)", med("host_grade")),
-    ]
-    print(f"\nmedians of {len(rounds)} rounds (s)")
-    for label, value in rows:
-        print(f"  {label:<55} {value:7.2f}")
-    print(f"  Docker overhead: step - host = {step - med('host'):+.2f} s, step / host = {step / med('host'):.2f}")
+    def parts(r: dict[str, float | str]) -> list[tuple[str, float]]:
+        v = {k: x for k, x in r.items() if isinstance(x, float)}
+        python, imports = v["python"] - v["empty"], v["imports"] - v["python"]
+        return [
+            ("container create + start + teardown (empty container)", v["empty"]),
+            ("python start in the container", python),
+            ("import grader.cli, grader.pipeline in the container", imports),
+            ("the grade (results.json timings.total)", v["grade"]),
+            ("rest: CLI, reports, exit, base64", v["step"] - v["empty"] - python - imports - v["grade"]),
+            ("workflow step, total", v["step"]),
+            ("  of which after classroom.json existed", v["step"] - v["to_json"]),
+            ("host: the same grade outside Docker, total", v["host"]),
+            ("host: its grade (timings.total)", v["host_grade"]),
+            ("Docker overhead: step - host", v["step"] - v["host"]),
+            ("Docker overhead: step / host (ratio)", v["step"] / v["host"]),
+        ]
+
+    table = [parts(r) for r in rounds]
+    print(f"\nmedian of {len(rounds)} rounds, each row worked out per round (s)")
+    for i, (label, _) in enumerate(table[0]):
+        print(f"  {label:<55} {statistics.median(row[i][1] for row in table):7.2f}")
     for r in rounds:
         if r["score"] != r["host_score"]:
             print(f"  WARNING: the workflow scored {r['score']}, the host {r['host_score']}: not the same grade")
