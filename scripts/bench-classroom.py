@@ -14,6 +14,8 @@ machine so that the load hits both alike:
 The step's options are the workflow's own (its `docker run` line expanded by bash), never a copy.  From
 results.json, the grade's own `timings.total`; from classroom.json's mtime, when the file existed.  The
 Docker overhead is the step's wall minus the host's wall, measured side by side, not an idle figure.
+The host's grader package is byte-compiled first, as the image's is: under PYTHONDONTWRITEBYTECODE (set in
+some sessions) every process of the host grade would otherwise compile it from source.
 
     python scripts/bench-classroom.py [--rounds 3] [--image grader:local] [--submission reference/a9]
                                       [--grader-seccomp]
@@ -26,6 +28,8 @@ warning: the run then measured a different grade.
 from __future__ import annotations
 
 import argparse
+import compileall
+import importlib.util
 import json
 import os
 import shlex
@@ -83,6 +87,12 @@ def grade_facts(out: Path) -> tuple[float, str]:
     return results["timings"]["total"], f"{results['score']:g}+{results.get('bonus_score') or 0:g}"
 
 
+def compile_host_grader() -> None:
+    spec = importlib.util.find_spec("grader")
+    assert spec is not None and spec.origin is not None, "the grader is not importable here"
+    compileall.compile_dir(Path(spec.origin).parent, quiet=1)
+
+
 def host_round(submission: Path, work: Path) -> dict[str, float | str]:
     out = work / "host-out"
     shutil.rmtree(out, ignore_errors=True)
@@ -132,6 +142,7 @@ def main() -> None:
             "PUSHED_AT": "",
         }
         options = docker_options(script, env)
+        compile_host_grader()
         if args.grader_seccomp:
             sys.path.insert(0, str(REPO))
             from grader.backends.docker import SECCOMP_PROFILE
