@@ -1,0 +1,198 @@
+"""Where the GitHub Classroom run's time goes (README's Measurements, "Classroom path"; issue 23).
+
+The student workflow (student_template/a9/.github/workflows/classroom.yml) grades in the published image
+with one `docker run`; the image is already pulled.  Each round runs, one after the other on the same
+machine so that the load hits both alike:
+
+  host      `grader grade SUBMISSION` outside Docker (the same grade, no container)
+  workflow  the workflow's grading step, its `run:` script verbatim (bash, with the runner's variables)
+  empty     `docker run` with the step's options and `--entrypoint /bin/true`: create, start, teardown
+  python    the same with `python -c pass`: the interpreter's start
+  imports   the same with `python -c "import grader.cli, grader.pipeline"`: what the entrypoint imports
+            before the grade starts (torch is imported by the grade's matrix session, inside the grade)
+
+The step's options are the workflow's own (its `docker run` line expanded by bash), never a copy.  From
+results.json, the grade's own `timings.total`; from classroom.json's mtime, when the file existed.  The
+Docker overhead is the step's wall minus the host's wall, measured side by side, not an idle figure.
+The host's grader package is byte-compiled first, as the image's is: under PYTHONDONTWRITEBYTECODE (set in
+some sessions) every process of the host grade would otherwise compile it from source.
+
+    python scripts/bench-classroom.py [--rounds 3] [--image grader:local] [--submission reference/a9]
+                                      [--grader-seccomp]
+
+`--grader-seccomp` adds the grader backend's own seccomp profile (grader/backends/docker.py) to the step's
+options, for comparing with Docker's default one.  A score that differs from the host's is printed as a
+warning: the run then measured a different grade.
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOW = REPO / "student_template" / "a9" / ".github" / "workflows" / "classroom.yml"
+STEP_ID = "grader"
+
+
+def grading_step() -> str:
+    """The `run:` script of the workflow's grading step (the one the reporter reads)."""
+    jobs = yaml.safe_load(WORKFLOW.read_text())["jobs"]
+    for job in jobs.values():
+        for step in job["steps"]:
+            if step.get("id") == STEP_ID:
+                return str(step["run"])
+    raise SystemExit(f"{WORKFLOW}: no step with id {STEP_ID!r}")
+
+
+def docker_options(script: str, env: dict[str, str]) -> list[str]:
+    """The step's `docker run` options, expanded by bash as the runner would, without image and command."""
+    start = script.index("docker run ")
+    end = script.index('"$GRADER_IMAGE"', start)
+    words = script[start + len("docker run ") : end].replace("\\\n", " ")
+    out = subprocess.run(
+        ["bash", "-c", f'out="$RUNNER_TEMP/grader-out"; printf "%s\\0" {words}'],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.split("\0")[:-1]
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"{shlex.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return wall
+
+
+def grade_facts(out: Path) -> tuple[float, str]:
+    results = json.loads((out / "results.json").read_text())
+    return results["timings"]["total"], f"{results['score']:g}+{results.get('bonus_score') or 0:g}"
+
+
+def compile_host_grader() -> None:
+    spec = importlib.util.find_spec("grader")
+    assert spec is not None and spec.origin is not None, "the grader is not importable here"
+    compileall.compile_dir(Path(spec.origin).parent, quiet=1)
+
+
+def host_round(submission: Path, work: Path) -> dict[str, float | str]:
+    out = work / "host-out"
+    shutil.rmtree(out, ignore_errors=True)
+    wall = timed([sys.executable, "-m", "grader", "grade", str(submission), "--out", str(out)])
+    grade, score = grade_facts(out)
+    return {"host": wall, "host_grade": grade, "host_score": score}
+
+
+def workflow_round(script: str, env: dict[str, str], options: list[str], image: str) -> dict[str, float | str]:
+    out = Path(env["RUNNER_TEMP"]) / "grader-out"
+    shutil.rmtree(out, ignore_errors=True)
+    Path(env["GITHUB_OUTPUT"]).write_text("")
+    start_epoch = time.time()
+    wall = timed(["bash", "-eo", "pipefail", "-c", script], env)
+    to_json = (out / "classroom.json").stat().st_mtime - start_epoch
+    grade, score = grade_facts(out)
+    probe = ["docker", "run", *options, "--entrypoint"]
+    return {
+        "step": wall,
+        "to_json": to_json,
+        "grade": grade,
+        "score": score,
+        "empty": timed([*probe, "/bin/true", image], env),
+        "python": timed([*probe, "python", image, "-c", "pass"], env),
+        "imports": timed([*probe, "python", image, "-c", "import grader.cli, grader.pipeline"], env),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--image", default="grader:local")
+    parser.add_argument("--submission", type=Path, default=REPO / "reference" / "a9")
+    parser.add_argument("--grader-seccomp", action="store_true")
+    args = parser.parse_args()
+    submission = args.submission.resolve()
+    script = grading_step()
+    with tempfile.TemporaryDirectory(prefix="bench-classroom-") as tmp:
+        work = Path(tmp)
+        (work / "runner").mkdir()
+        env = {
+            **os.environ,
+            "GRADER_IMAGE": args.image,
+            "GITHUB_WORKSPACE": str(submission),
+            "RUNNER_TEMP": str(work / "runner"),
+            "GITHUB_OUTPUT": str(work / "github-output"),
+            "PUSHED_AT": "",
+        }
+        options = docker_options(script, env)
+        compile_host_grader()
+        if args.grader_seccomp:
+            sys.path.insert(0, str(REPO))
+            from grader.backends.docker import SECCOMP_PROFILE
+
+            profile = work / "seccomp.json"
+            profile.write_text(json.dumps(SECCOMP_PROFILE))
+            options = ["--security-opt", f"seccomp={profile}", *options]
+            script = script.replace("docker run ", f"docker run --security-opt seccomp={profile} ", 1)
+        print(f"image {args.image}, submission {submission}, load average {os.getloadavg()[0]:.1f}")
+        rounds = []
+        for n in range(1, args.rounds + 1):
+            row = {**host_round(submission, work), **workflow_round(script, env, options, args.image)}
+            rounds.append(row)
+            print(
+                f"round {n}: "
+                + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items())
+            )
+        report(rounds)
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
+
+
+def report(rounds: list[dict[str, float | str]]) -> None:
+    """Each row is worked out per round, then the median of the rounds is printed (load moves them all)."""
+
+    def parts(r: dict[str, float | str]) -> list[tuple[str, float]]:
+        v = {k: x for k, x in r.items() if isinstance(x, float)}
+        python, imports = v["python"] - v["empty"], v["imports"] - v["python"]
+        return [
+            ("container create + start + teardown (empty container)", v["empty"]),
+            ("python start in the container", python),
+            ("import grader.cli, grader.pipeline in the container", imports),
+            ("the grade (results.json timings.total)", v["grade"]),
+            ("rest: CLI, reports, exit, base64", v["step"] - v["empty"] - python - imports - v["grade"]),
+            ("workflow step, total", v["step"]),
+            ("  of which after classroom.json existed", v["step"] - v["to_json"]),
+            ("host: the same grade outside Docker, total", v["host"]),
+            ("host: its grade (timings.total)", v["host_grade"]),
+            ("Docker overhead: step - host", v["step"] - v["host"]),
+            ("Docker overhead: step / host (ratio)", v["step"] / v["host"]),
+        ]
+
+    table = [parts(r) for r in rounds]
+    print(f"\nmedian of {len(rounds)} rounds, each row worked out per round (s)")
+    for i, (label, _) in enumerate(table[0]):
+        print(f"  {label:<55} {statistics.median(row[i][1] for row in table):7.2f}")
+    for r in rounds:
+        if r["score"] != r["host_score"]:
+            print(f"  WARNING: the workflow scored {r['score']}, the host {r['host_score']}: not the same grade")
+            break
+
+
+if __name__ == "__main__":
+    main()
