@@ -127,6 +127,9 @@ def main() -> None:
     parser.add_argument("--image", default="grader:local")
     parser.add_argument("--submission", type=Path, default=REPO / "reference" / "a9")
     parser.add_argument("--grader-seccomp", action="store_true")
+    parser.add_argument(
+        "--expect", metavar="SCORE", help="CI: grade once as the workflow does, fail unless SCORE (100+5)"
+    )
     args = parser.parse_args()
     submission = args.submission.resolve()
     script = grading_step()
@@ -151,6 +154,14 @@ def main() -> None:
             profile.write_text(json.dumps(SECCOMP_PROFILE))
             options = ["--security-opt", f"seccomp={profile}", *options]
             script = script.replace("docker run ", f"docker run --security-opt seccomp={profile} ", 1)
+        if args.expect is not None:  # the step verbatim, Docker's default seccomp included: what Classroom runs
+            Path(env["GITHUB_OUTPUT"]).write_text("")
+            timed(["bash", "-eo", "pipefail", "-c", script], env)
+            _, score = grade_facts(Path(env["RUNNER_TEMP"]) / "grader-out")
+            print(f"the Classroom workflow's grading step scored {submission.name} {score}")
+            if score != args.expect:
+                raise SystemExit(f"expected {args.expect}: the Classroom path does not grade as the host does")
+            return
         print(f"image {args.image}, submission {submission}, load average {os.getloadavg()[0]:.1f}")
         rounds = []
         for n in range(1, args.rounds + 1):
