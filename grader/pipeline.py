@@ -68,21 +68,28 @@ def grade(
         t = time.monotonic()
         matrix_dir = work / "matrix"
         matrix_dir.mkdir(mode=0o700)
-        run = runner.run_matrix(
-            sandbox=taken.sandbox,
-            present=present,
-            workdir=matrix_dir,
-            limits=asdict(limits),
-            policy=rubric.policy.to_dict(),
-            pack=rubric.assignment.pack,
-            isolation=_isolation_fields(taken.sandbox, limits),
-            salt=salt,
-            layers={"salt": salt_layer},
-            total_timeout_s=limits.total_timeout_s,
-            only=only,
-            runtime=runtime,
-            partial=only is not None,
-        )
+        try:
+            run = runner.run_matrix(
+                sandbox=taken.sandbox,
+                present=present,
+                workdir=matrix_dir,
+                limits=asdict(limits),
+                policy=rubric.policy.to_dict(),
+                pack=rubric.assignment.pack,
+                isolation=_isolation_fields(taken.sandbox, limits),
+                salt=salt,
+                layers={"salt": salt_layer},
+                total_timeout_s=limits.total_timeout_s,
+                only=only,
+                runtime=runtime,
+                partial=only is not None,
+            )
+        except runner.SessionFailed as exc:  # the grader's failure: status "error" (exit 2), no verdict blamed
+            sys.stderr.write(f"grader: the matrix session's output ended with:\n{exc.log}\n")
+            result = error_result(rubric, str(source), f"the grader could not grade this submission: {exc}")
+            if out_dir is not None:
+                write_outputs(result, out_dir, None)
+            return result
         timings["matrix"] = time.monotonic() - t
         t = time.monotonic()
         when = datetime.fromisoformat(taken.info.submitted_at) if taken.info.submitted_at else None
