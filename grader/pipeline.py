@@ -45,7 +45,7 @@ def grade(
     ``runtime`` is ``--isolation`` (``runtimes.torchdist.portable.decide``); ``keyword`` is ``-k``:
     only the matching visible cases run, and the result says its score is partial.
     """
-    from grader import intake, runner, scoring, selection
+    from grader import intake, runner, scoring, selection, tempdirs
     from grader.render.outputs import write_outputs
     from grader.rubric import load_rubric
     from grader.runtimes.torchdist import static
@@ -56,7 +56,8 @@ def grade(
     limits = rubric.limits
     salt, salt_layer = input_salt(secret_file)
     only = selection.select(rubric, keyword) if keyword is not None else None
-    work = Path(tempfile.mkdtemp(prefix="grader-"))
+    tempdirs.sweep()  # what gradings killed by SIGKILL left (their locks are free): never a live one's
+    work, lock = tempdirs.make("grader-work-")
     try:
         os.chmod(work, 0o711)  # the student uid may traverse to its sandbox, but not list or write
         taken = intake.take(source, rubric, work / "sandbox", submitted_at, trust_commit_time)
@@ -114,6 +115,7 @@ def grade(
         return result
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        lock.close()
 
 
 DELIVERABLES = "deliverables"  # beside the outputs: what a rescore reads the diagram and answers from

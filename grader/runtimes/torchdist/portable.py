@@ -27,7 +27,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from typing import Any
 
 import torch
 
+from grader import tempdirs
 from grader.limits import Limits
 from grader.runtimes.torchdist import replies
 from grader.runtimes.torchdist.launcher import FAILURE_GRACE_S, STACK_WAIT_S, GroupStartError
@@ -243,7 +243,7 @@ class PortableGroup:
         self.alive = False
         self.ranks: list[_Rank] = []
         self._ready_layers: dict[int, dict[str, str]] = {}  # what each rank's ready frame reports
-        self._dir = Path(tempfile.mkdtemp(prefix=f"grader-ws{world_size}-"))
+        self._dir, self._dir_lock = tempdirs.make(f"grader-ws{world_size}-")  # swept once this process is dead
 
     def start(self) -> None:
         self.ranks = self.pool.take(self.world_size, self)
