@@ -166,6 +166,9 @@ def fake_main(argv: list[str]) -> int:
     rubric = load_rubric(args.rubric)
     pack = load_pack(rubric.assignment.pack)
     when = given(args.submitted_at, TimeSource(args.submitted_at_source))
+    # A fake the batch kills (timeouts, SIGTERM) runs no cleanup: its work and intake directories are
+    # the test's (beside the log, in its tmp_path), never /tmp's.
+    tempfile.tempdir = str(Path(os.environ["FAKE_GRADER_LOG"]).parent)
     with tempfile.TemporaryDirectory(prefix="fake-grade-") as work:
         taken = take(args.submission, rubric, Path(work) / "sandbox", when, args.trust_commit_time)
         main_file = taken.sandbox / rubric.student_files[0]

@@ -50,15 +50,18 @@ def written(out: Path) -> dict[str, object]:
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tmp_path_factory):
     """A Dask cluster of two worker processes, reached by its address as any existing scheduler is."""
     import dask
 
     from grader.batch.cluster import MAX_LOSSES
 
+    scratch = tmp_path_factory.mktemp("dask")  # not Dask's default, /tmp/dask-scratch-space: it stays
     with (
         dask.config.set({"distributed.scheduler.allowed-failures": MAX_LOSSES}),
-        distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as running,
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, dashboard_address=":0", local_directory=scratch
+        ) as running,
     ):
         yield running.scheduler_address
 
@@ -172,7 +175,11 @@ def test_a_worker_that_cannot_import_torch_stops_the_batch_with_that_message(tmp
     log = tmp_path / "grades.log"
     with (
         distributed.LocalCluster(
-            n_workers=1, threads_per_worker=1, dashboard_address=":0", env={"PYTHONPATH": str(broken)}
+            n_workers=1,
+            threads_per_worker=1,
+            dashboard_address=":0",
+            env={"PYTHONPATH": str(broken)},
+            local_directory=tmp_path / "dask",
         ) as unfit,
         pytest.raises(UserError) as stopped,
     ):

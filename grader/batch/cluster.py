@@ -274,12 +274,16 @@ def connect(spec: ClusterSpec, config: Path | None, students: int, progress: Tex
 
     with dask.config.set({"distributed.scheduler.allowed-failures": MAX_LOSSES}), contextlib.ExitStack() as stack:
         if spec.kind == "local":
+            # The workers' directories in one of ours, removed after the cluster: Dask's default
+            # (/tmp/dask-scratch-space) outlives every run.
+            scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="grader-dask-"))
             cluster = distributed.LocalCluster(
                 n_workers=spec.workers,
                 threads_per_worker=1,  # one grade at a time per worker process, as --jobs
                 processes=True,
                 dashboard_address=DASHBOARD,
                 silence_logs=40,
+                local_directory=scratch,
             )
             stack.enter_context(cluster)
             client = stack.enter_context(distributed.Client(cluster))
