@@ -49,19 +49,33 @@ def written(out: Path) -> dict[str, object]:
     return files
 
 
+@pytest.fixture(scope="module", autouse=True)
+def nothing_outlives_the_module(tmp_path_factory):
+    """Every Dask server (scheduler, nanny, worker) makes its directory in Dask's temporary directory,
+    by default /tmp/dask-scratch-space, which stays: here it is the module's.  And Dask's worker
+    processes are spawned by multiprocessing, which starts its resource tracker in this process: a
+    child of pytest that would live as long as pytest does (and that every later test counting this
+    process's children would see); it is stopped after the module's clusters (whatever spawns next
+    starts it again)."""
+    import dask
+
+    with dask.config.set({"temporary-directory": str(tmp_path_factory.mktemp("dask"))}):
+        yield
+    from multiprocessing import resource_tracker
+
+    resource_tracker._resource_tracker._stop()
+
+
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(nothing_outlives_the_module):
     """A Dask cluster of two worker processes, reached by its address as any existing scheduler is."""
     import dask
 
     from grader.batch.cluster import MAX_LOSSES
 
-    scratch = tmp_path_factory.mktemp("dask")  # not Dask's default, /tmp/dask-scratch-space: it stays
     with (
         dask.config.set({"distributed.scheduler.allowed-failures": MAX_LOSSES}),
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, dashboard_address=":0", local_directory=scratch
-        ) as running,
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as running,
     ):
         yield running.scheduler_address
 
@@ -175,11 +189,7 @@ def test_a_worker_that_cannot_import_torch_stops_the_batch_with_that_message(tmp
     log = tmp_path / "grades.log"
     with (
         distributed.LocalCluster(
-            n_workers=1,
-            threads_per_worker=1,
-            dashboard_address=":0",
-            env={"PYTHONPATH": str(broken)},
-            local_directory=tmp_path / "dask",
+            n_workers=1, threads_per_worker=1, dashboard_address=":0", env={"PYTHONPATH": str(broken)}
         ) as unfit,
         pytest.raises(UserError) as stopped,
     ):
