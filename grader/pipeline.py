@@ -45,7 +45,7 @@ def grade(
     ``runtime`` is ``--isolation`` (``runtimes.torchdist.portable.decide``); ``keyword`` is ``-k``:
     only the matching visible cases run, and the result says its score is partial.
     """
-    from grader import intake, runner, scoring, selection
+    from grader import intake, runner, scoring, selection, tempdirs
     from grader.render.outputs import write_outputs
     from grader.rubric import load_rubric
     from grader.runtimes.torchdist import static
@@ -56,7 +56,8 @@ def grade(
     limits = rubric.limits
     salt, salt_layer = input_salt(secret_file)
     only = selection.select(rubric, keyword) if keyword is not None else None
-    work = Path(tempfile.mkdtemp(prefix="grader-"))
+    tempdirs.sweep()  # what gradings killed by SIGKILL left (their locks are free): never a live one's
+    work, lock = tempdirs.make("grader-work-")
     try:
         os.chmod(work, 0o711)  # the student uid may traverse to its sandbox, but not list or write
         taken = intake.take(source, rubric, work / "sandbox", submitted_at, trust_commit_time)
@@ -68,21 +69,28 @@ def grade(
         t = time.monotonic()
         matrix_dir = work / "matrix"
         matrix_dir.mkdir(mode=0o700)
-        run = runner.run_matrix(
-            sandbox=taken.sandbox,
-            present=present,
-            workdir=matrix_dir,
-            limits=asdict(limits),
-            policy=rubric.policy.to_dict(),
-            pack=rubric.assignment.pack,
-            isolation=_isolation_fields(taken.sandbox, limits),
-            salt=salt,
-            layers={"salt": salt_layer},
-            total_timeout_s=limits.total_timeout_s,
-            only=only,
-            runtime=runtime,
-            partial=only is not None,
-        )
+        try:
+            run = runner.run_matrix(
+                sandbox=taken.sandbox,
+                present=present,
+                workdir=matrix_dir,
+                limits=asdict(limits),
+                policy=rubric.policy.to_dict(),
+                pack=rubric.assignment.pack,
+                isolation=_isolation_fields(taken.sandbox, limits),
+                salt=salt,
+                layers={"salt": salt_layer},
+                total_timeout_s=limits.total_timeout_s,
+                only=only,
+                runtime=runtime,
+                partial=only is not None,
+            )
+        except runner.SessionFailed as exc:  # the grader's failure: status "error" (exit 2), no verdict blamed
+            sys.stderr.write(f"grader: the matrix session's output ended with:\n{exc.log}\n")
+            result = error_result(rubric, str(source), f"the grader could not grade this submission: {exc}")
+            if out_dir is not None:
+                write_outputs(result, out_dir, None)
+            return result
         timings["matrix"] = time.monotonic() - t
         timings.update(run.phases)
         t = time.monotonic()
@@ -108,6 +116,7 @@ def grade(
         return result
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        lock.close()
 
 
 DELIVERABLES = "deliverables"  # beside the outputs: what a rescore reads the diagram and answers from

@@ -4,7 +4,9 @@ The session runs from an empty directory with an empty ini file, plugin autoload
 ``importlib`` import mode, so nothing of the submission (a ``conftest.py``, a ``pytest.ini``,
 a fake ``torch/``) is on ``sys.path`` or in pytest's config search.  If a hostile submission
 kills the session anyway, the case it was running is recorded as a crash and a new session
-picks up the remaining cases; the rounds' JUnit files are merged into one.
+picks up the remaining cases; the rounds' JUnit files are merged into one.  A session that ends
+before any case handed the submission's code to its ranks (the ledger says so, not the ranks) is
+the grader's own failure: :class:`SessionFailed`, never a verdict charged to the submission.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from typing import Any
 from junitparser import Failure, JUnitXml, Properties, Property, TestCase, TestSuite
 
 from grader import runtimes
+from grader.errors import GraderError
 from grader.matrix import timeline
-from grader.matrix.plugin import CONFIG_ENV, PARENT_ENV, MatrixConfig
+from grader.matrix.plugin import CONFIG_ENV, PARENT_ENV, STARTED, MatrixConfig
 from grader.pack import AssignmentPack, load_pack
 from grader.results import Verdict
 from grader.salt import SALT_ENV
@@ -34,6 +37,14 @@ MAX_ROUNDS = 4
 UNUSED_PLUGINS = ("logging", "warnings", "stepwise", "legacypath", "pastebin", "setuponly", "setupplan", "recwarn")
 NOT_SELECTED = "not selected for this run (grader grade -k): the score is partial"
 STOP_GRACE_S = 10.0
+
+
+class SessionFailed(GraderError):
+    """The matrix session ended before the submission's code ran in any case: the grader failed."""
+
+    def __init__(self, message: str, log: str) -> None:
+        super().__init__(message)
+        self.log = log  # the tail of the session's output, for the operator (not for results.json)
 
 
 @dataclass(frozen=True)
@@ -109,7 +120,12 @@ def run_matrix(
         if not todo:
             break
         reason = "the grading session was killed" if code < 0 or code > 1 else "the grading session stopped"
-        if time.monotonic() - t0 >= total_timeout_s:  # the session was stopped for it, or a next one has no time
+        timed_out = time.monotonic() - t0 >= total_timeout_s  # the session was stopped for it, or a next has no time
+        if not _student_code_started(ledger):
+            when = " at the total time limit" if timed_out else ""
+            message = f"{reason}{when} before any case ran the submission's code (exit status {code})"
+            raise SessionFailed(message, log[-4000:])
+        if timed_out:
             out_of_time = "the submission used up the total time limit before this case"
             synthetic += [(name, out_of_time, Verdict.NOT_RUN) for name in todo]
             break
@@ -216,6 +232,17 @@ def _ledger(path: Path) -> list[dict[str, Any]]:
         if isinstance(entry, dict) and isinstance(entry.get("case"), str):
             entries.append(entry)
     return entries
+
+
+def _student_code_started(ledger: Path) -> bool:
+    """Whether any case, in any round, handed the submission's code to its ranks (the session writes
+    ``STARTED`` first; a line the runner wrote for a crash follows one)."""
+    for line in ledger.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if isinstance(entry, dict) and STARTED in entry:
+                return True
+    return False
 
 
 def _merge(

@@ -12,4 +12,4 @@ ruff format --check .
 mypy
 lint-imports  # the engine never imports an assignment pack (pyproject.toml, [tool.importlinter])
 # shellcheck disable=SC2086
-exec python3 -m pytest -q ${PYTEST_ARGS:-}
+exec python3 -m pytest -q --durations=30 ${PYTEST_ARGS:-}  # the 30 slowest: where CI time goes

@@ -1,5 +1,6 @@
-"""Hypothesis profiles for the property-based tests, chosen with ``HYPOTHESIS_PROFILE``; and the
-fidelity corpus's full-mode grades, shared by the tests that compare against them (``full_grades``).
+"""Hypothesis profiles for the property-based tests, chosen with ``HYPOTHESIS_PROFILE``; gradings
+several modules share (``graded``); and the fidelity corpus's full-mode grades, shared by the tests
+that compare against them (``full_grades``).
 
 ``default`` is small and derandomized: ``.ci/run`` and ``scripts/test.sh`` try the same inputs on
 every run, so a result never depends on the day.  ``long`` searches fifty times more inputs, at
@@ -11,11 +12,18 @@ benchmarks).
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from grader.results import GradeResult
 from tests.fidelity import FullGrades
+
+ROOT = Path(__file__).resolve().parent.parent
 
 settings.register_profile(
     "default", max_examples=20, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -28,3 +36,36 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 def full_grades() -> FullGrades:
     """The fidelity corpus's full-mode grades, shared by every test that needs one (see ``tests.fidelity``)."""
     return FullGrades()
+
+
+@dataclass(frozen=True)
+class Graded:
+    """One ``grader grade <tree> --out <out> --format json`` of a snapshot of a tree of this checkout."""
+
+    tree: Path  # the snapshot that was graded (a batch may grade the same files again)
+    out: Path
+    result: GradeResult
+
+
+@pytest.fixture(scope="session")
+def graded(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Graded]:
+    """The grading of ``reference/a9``, ``reference/a9-naive`` or ``student_template/a9`` (a path from
+    the checkout's root), done once per session whoever asks: a full grading costs a minute or more,
+    and several modules read the same one (what each asserts stays its own).  A snapshot is graded,
+    so every reader sees the grading of the same files even if the tree is edited meanwhile."""
+    from grader.cli import main
+
+    done: dict[str, Graded] = {}
+
+    def grade(tree: str) -> Graded:
+        if tree not in done:
+            root = tmp_path_factory.mktemp("graded")
+            snapshot = Path(
+                shutil.copytree(ROOT / tree, root / Path(tree).name, ignore=shutil.ignore_patterns("__pycache__"))
+            )
+            out = root / "out"
+            assert main(["grade", str(snapshot), "--out", str(out), "--format", "json"]) == 0
+            done[tree] = Graded(snapshot, out, GradeResult.load(out / "results.json"))
+        return done[tree]
+
+    return grade

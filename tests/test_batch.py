@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -166,6 +165,9 @@ def fake_main(argv: list[str]) -> int:
     rubric = load_rubric(args.rubric)
     pack = load_pack(rubric.assignment.pack)
     when = given(args.submitted_at, TimeSource(args.submitted_at_source))
+    # A fake the batch kills (timeouts, SIGTERM) runs no cleanup: its work and intake directories are
+    # the test's (beside the log, in its tmp_path), never /tmp's.
+    tempfile.tempdir = str(Path(os.environ["FAKE_GRADER_LOG"]).parent)
     with tempfile.TemporaryDirectory(prefix="fake-grade-") as work:
         taken = take(args.submission, rubric, Path(work) / "sandbox", when, args.trust_commit_time)
         main_file = taken.sandbox / rubric.student_files[0]
@@ -1022,39 +1024,23 @@ def test_cli_rescore_rewrites_a_grading_in_place(tmp_path, log, capsys):
 
 
 @pytest.mark.slow
-def test_real_grader_batch_equals_grading_each_alone_and_a_rescore_runs_no_code(tmp_path):
+def test_real_grader_batch_equals_grading_each_alone_and_a_rescore_runs_no_code(tmp_path, graded):
     from grader.results import GradeResult
 
-    trees = {
-        "a9": REPO / "reference" / "a9",
-        "a9-naive": REPO / "reference" / "a9-naive",
-        "template": REPO / "student_template" / "a9",
-    }
-    if not trees["a9"].is_dir():
+    trees = {"a9": "reference/a9", "a9-naive": "reference/a9-naive", "template": "student_template/a9"}
+    if not (REPO / trees["a9"]).is_dir():
         pytest.skip("reference/a9 is not in this checkout")
-    # Snapshots: the batch and the lone grades must see the same files even if the tree is edited.
-    trees = {
-        name: Path(shutil.copytree(path, tmp_path / "trees" / name, ignore=shutil.ignore_patterns("__pycache__")))
-        for name, path in trees.items()
-        if path.is_dir()
-    }
+    # Each tree graded alone (once per session: tests/conftest.py), and the batch grades the same
+    # snapshots, so both see the same files even if the tree is edited.
+    alone = {name: graded(tree) for name, tree in trees.items() if (REPO / tree).is_dir()}
     roster = tmp_path / "roster.csv"
-    roster.write_text("".join(f"{name},{path}\n" for name, path in trees.items()))
+    roster.write_text("".join(f"{name},{grading.tree}\n" for name, grading in alone.items()))
     from grader.batch import run_batch
 
     out = tmp_path / "batch"
     rows = {r.student: r for r in run_batch(roster, out, jobs=2, progress=StringIO())}
-    for name, path in trees.items():
-        alone = tmp_path / f"alone-{name}"
-        done = subprocess.run(
-            [sys.executable, "-m", "grader", "grade", str(path), "--out", str(alone)],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=1800,
-        )
-        assert done.returncode == 0, done.stderr
-        expected = GradeResult.load(alone / "results.json")
+    for name, grading in alone.items():
+        expected = grading.result
         assert rows[name].status == "graded", rows[name].message
         assert rows[name].total == pytest.approx(expected.score)
         assert rows[name].tasks == {t.id: t.score for t in expected.tasks if not t.bonus}
@@ -1069,12 +1055,12 @@ def test_real_grader_batch_equals_grading_each_alone_and_a_rescore_runs_no_code(
     from grader.rescore import rescore
     from grader.rubric import load_rubric
 
-    outcomes = {name: (out / "students" / name / "batch-outcome.json").read_bytes() for name in trees}
+    outcomes = {name: (out / "students" / name / "batch-outcome.json").read_bytes() for name in alone}
     capped = rubric_variant(tmp_path, "capped", ("  cap: 5\n", "  cap: 1\n"))
     start = time.monotonic()
     run_batch(roster, out, jobs=2, rubric=capped, progress=StringIO())
     assert time.monotonic() - start < 60
-    for name in trees:
+    for name in alone:
         assert (out / "students" / name / "batch-outcome.json").read_bytes() == outcomes[name]
         result = GradeResult.load(out / "students" / name / "results.json")
         assert result == rescore(out / "students" / name / "graded", load_rubric(capped))

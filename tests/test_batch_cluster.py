@@ -49,8 +49,25 @@ def written(out: Path) -> dict[str, object]:
     return files
 
 
+@pytest.fixture(scope="module", autouse=True)
+def nothing_outlives_the_module(tmp_path_factory):
+    """Every Dask server (scheduler, nanny, worker) makes its directory in Dask's temporary directory,
+    by default /tmp/dask-scratch-space, which stays: here it is the module's.  And Dask's worker
+    processes are spawned by multiprocessing, which starts its resource tracker in this process: a
+    child of pytest that would live as long as pytest does (and that every later test counting this
+    process's children would see); it is stopped after the module's clusters (whatever spawns next
+    starts it again)."""
+    import dask
+
+    with dask.config.set({"temporary-directory": str(tmp_path_factory.mktemp("dask"))}):
+        yield
+    from multiprocessing import resource_tracker
+
+    resource_tracker._resource_tracker._stop()
+
+
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(nothing_outlives_the_module):
     """A Dask cluster of two worker processes, reached by its address as any existing scheduler is."""
     import dask
 

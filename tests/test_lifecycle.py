@@ -16,12 +16,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+
+from grader import tempdirs
 
 REPO = Path(__file__).resolve().parents[1]
 ENTRY = REPO / "tests" / "corpus" / "hostile" / "escape_time_bound"
@@ -76,10 +80,15 @@ def alive(pid: int) -> bool:
 class Grading:
     """``grader <args>`` running, with every process it started so far (sampled every 0.1 s)."""
 
-    def __init__(self, args: list[str]) -> None:
+    def __init__(self, args: list[str], tmpdir: Path | None = None) -> None:
         self.before = marked()
+        env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir else None
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "grader", *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            [sys.executable, "-m", "grader", *args],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
         )
         self.seen: set[int] = set()
         self._sampler = threading.Thread(target=self._sample, daemon=True)
@@ -127,12 +136,34 @@ def grade_args(tmp_path: Path, *extra: str) -> list[str]:
         ("SIGKILL", signal.SIGKILL, {-signal.SIGKILL}),
     ],
 )
-def test_a_grade_ended_by_a_signal_leaves_nothing(tmp_path: Path, how: str, sig: int, codes: set[int]) -> None:
-    grading = Grading(grade_args(tmp_path)).under_way()
+def test_a_grade_ended_by_a_signal_leaves_nothing(
+    tmp_path: Path, scratch: Path, how: str, sig: int, codes: set[int]
+) -> None:
+    """Nothing but, after SIGKILL (no ``finally`` runs), its directories: the next grading sweeps them,
+    and while it ran, a sweep found every one of them locked."""
+    grading = Grading(grade_args(tmp_path), tmpdir=scratch).under_way()
     assert len(grading.seen) > 5  # session, zygote, leaders, inits, ranks, the grandchild
+    made = {p.name for p in scratch.iterdir()}
+    assert any(name.startswith("grader-work-") for name in made) and any(name.startswith("grader-ws") for name in made)
+    assert tempdirs.sweep(scratch, grace_s=1.0) == []  # older than a second: locked since
     grading.proc.send_signal(sig)
     assert grading.wait(timeout=60) in codes
     assert_all_gone(grading.seen)
+    left = sorted(scratch.iterdir())
+    if sig == signal.SIGKILL:
+        assert left and sorted(tempdirs.sweep(scratch, grace_s=0)) == left
+    else:
+        assert left == []
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    """The grading's TMPDIR: its own, so that only its directories are there; traversable by the ranks
+    (as /tmp is; pytest's tmp_path is not)."""
+    path = Path(tempfile.mkdtemp(prefix="lifecycle-"))
+    os.chmod(path, 0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_a_batch_ended_by_sigkill_leaves_nothing(tmp_path: Path) -> None:
@@ -166,8 +197,10 @@ def short_rubric(tmp_path: Path, total_timeout_s: float, case_timeout_s: float) 
 
 
 def test_the_total_timeout_ends_the_grading_with_results_and_nothing_left(tmp_path: Path) -> None:
-    # Too short for the matrix: its one hanging case alone takes 20 s.
-    grading = Grading(grade_args(tmp_path, "--rubric", str(short_rubric(tmp_path, 8, case_timeout_s=20))))
+    # Too short for the matrix (its one hanging case alone would take 60 s), long enough for the
+    # submission's cases to start on a loaded machine: a session stopped before any had is the
+    # grader's failure, not the submission's time (tests/test_session_ends.py).
+    grading = Grading(grade_args(tmp_path, "--rubric", str(short_rubric(tmp_path, 25, case_timeout_s=60))))
     assert grading.wait(timeout=120) == 0
     assert grading.seen
     assert_all_gone(grading.seen)

@@ -8,12 +8,17 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from grader.cli import main
 from grader.results import GradeResult
+
+if TYPE_CHECKING:
+    from tests.conftest import Graded
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,8 +31,8 @@ def grade(tmp_path: Path, submission: Path | str, *extra: str) -> tuple[GradeRes
 
 
 @pytest.mark.slow
-def test_reference_earns_full_marks_and_the_bonus(tmp_path: Path) -> None:
-    result, out = grade(tmp_path, ROOT / "reference/a9")
+def test_reference_earns_full_marks_and_the_bonus(graded: Callable[[str], Graded]) -> None:
+    result, out = graded("reference/a9").result, graded("reference/a9").out
     assert (result.score, result.max_score, result.bonus_score) == (105, 100, 5)
     assert sorted(p.name for p in out.iterdir()) == sorted(
         ["results.json", "junit.xml", "gradescope.json", "classroom.json", "summary.md", "deliverables"]
@@ -38,14 +43,14 @@ def test_reference_earns_full_marks_and_the_bonus(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_star_shaped_reference_earns_full_marks_without_the_bonus(tmp_path: Path) -> None:
-    result, _ = grade(tmp_path, ROOT / "reference/a9-naive")
+def test_star_shaped_reference_earns_full_marks_without_the_bonus(graded: Callable[[str], Graded]) -> None:
+    result = graded("reference/a9-naive").result
     assert (result.score, result.bonus_score) == (100, 0)
 
 
 @pytest.mark.slow
-def test_untouched_template_scores_zero_and_every_item_says_why(tmp_path: Path) -> None:
-    result, _ = grade(tmp_path, ROOT / "student_template" / "a9")
+def test_untouched_template_scores_zero_and_every_item_says_why(graded: Callable[[str], Graded]) -> None:
+    result = graded("student_template/a9").result
     assert result.score == 0
     for item in result.items():
         assert item.score == 0 and item.feedback, item.id
@@ -66,8 +71,8 @@ def test_collectives_alone_earn_task1_and_task2_says_what_is_missing(tmp_path: P
 
 
 @pytest.mark.slow
-def test_classroom_result_reports_exactly_the_score(tmp_path: Path) -> None:
-    result, out = grade(tmp_path, ROOT / "reference/a9-naive")
+def test_classroom_result_reports_exactly_the_score(graded: Callable[[str], Graded]) -> None:
+    result, out = graded("reference/a9-naive").result, graded("reference/a9-naive").out
     encoded = base64.b64encode((out / "classroom.json").read_bytes()).decode()
     runner = json.loads(base64.b64decode(encoded))  # what the reporter decodes from GRADER_RESULTS
     points = 0.0

@@ -4,6 +4,7 @@ again, within bounds.  Runs are built by hand: what is specified is how the sess
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -127,8 +128,10 @@ class FakePack:
 
 
 @pytest.fixture
-def session(monkeypatch: pytest.MonkeyPatch) -> plugin.MatrixSession:
+def session(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> plugin.MatrixSession:
     """A session without its zygote: only how it runs cases and starts groups is exercised."""
+    from types import SimpleNamespace
+
     from grader.limits import Limits
 
     monkeypatch.setattr(launcher, "RankGroup", FakeGroup)
@@ -140,6 +143,7 @@ def session(monkeypatch: pytest.MonkeyPatch) -> plugin.MatrixSession:
     s.student_code_ran, s.sandbox, s.student = False, None, {}
     s.zygote, s.sandboxing, s.pool, s.fresh_groups = object(), object(), None, {}  # FakeGroup needs neither
     s.plan, s.launched, s.lookahead, s.timeline = [], {}, 0, Timeline(0.0)
+    s.config = SimpleNamespace(ledger=str(tmp_path / "ledger.jsonl"))
     return s
 
 
@@ -197,6 +201,20 @@ def test_a_start_that_fails_before_any_student_code_is_the_graders_error(session
     with pytest.raises(GroupStartError) as failed:
         session._run(CASE, PREPARED)
     assert session._start_failure(failed.value.reason).verdict is Verdict.ERROR
+
+
+def test_the_ledger_says_a_case_started_before_its_ranks_get_student_code(session: plugin.MatrixSession) -> None:
+    """What the runner reads when the session dies (``grader.runner``): a group's start and calibration
+    run no student code, so a failure to start writes nothing; a case handed to ranks is marked first."""
+    ledger = Path(session.config.ledger)
+    FakeGroup.failures = plugin.START_ATTEMPTS
+    with pytest.raises(GroupStartError):
+        session._run(CASE, PREPARED)
+    assert not ledger.exists()
+    session.start_failures.clear()
+    FakeGroup.failures = 0
+    session._run(CASE, PREPARED)
+    assert ledger.read_text() == json.dumps({plugin.STARTED: CASE.name}) + "\n"
 
 
 class BrokenZygote:

@@ -272,7 +272,13 @@ def connect(spec: ClusterSpec, config: Path | None, students: int, progress: Tex
     except ImportError:
         raise UserError(f'--cluster {spec.kind} needs Dask: pip install "dist-grader[cluster]"') from None
 
-    with dask.config.set({"distributed.scheduler.allowed-failures": MAX_LOSSES}), contextlib.ExitStack() as stack:
+    settings: dict[str, object] = {"distributed.scheduler.allowed-failures": MAX_LOSSES}
+    with contextlib.ExitStack() as stack:
+        if spec.kind == "local":
+            # The scheduler's and workers' directories in one of ours, removed after the cluster:
+            # Dask's default, /tmp/dask-scratch-space, outlives every run.
+            settings["temporary-directory"] = stack.enter_context(tempfile.TemporaryDirectory(prefix="grader-dask-"))
+        stack.enter_context(dask.config.set(settings))
         if spec.kind == "local":
             cluster = distributed.LocalCluster(
                 n_workers=spec.workers,

@@ -37,6 +37,7 @@ START_ATTEMPTS = 3  # starts of a rank group before its failure decides the case
 LOOKAHEAD = 2  # rank groups launched ahead of the case that first needs them (issue 23)
 CONFIG_ENV = "GRADER_MATRIX_CONFIG"
 PARENT_ENV = "GRADER_MATRIX_PARENT"  # the runner's pid: the session dies with it
+STARTED = "started"  # ledger key: a case whose ranks were handed student code (the runner reads it)
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,8 @@ class MatrixSession:
         for attempt in range(1, MEASURE_RUNS + 1):
             group = self._group(self.groups, case.processes)
             budget = case_budget(self.limits, self.calibration.get(case.processes), prepared.tensor_bytes)
+            with open(self.config.ledger, "a") as ledger:  # a session dying from here on may be the submission's doing
+                ledger.write(json.dumps({STARTED: case.name}) + "\n")
             if handoff is None:
                 run = group.run_case(header, prepared.inputs, budget)
             else:

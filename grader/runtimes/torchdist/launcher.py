@@ -26,7 +26,6 @@ import os
 import select
 import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from typing import Any
 
 import torch
 
+from grader import tempdirs
 from grader.limits import Limits
 from grader.runtimes.torchdist import procfs, replies
 from grader.runtimes.torchdist.runs import CappedOutput, CaseRun, RankReport, clean, explains
@@ -92,7 +92,7 @@ class RankGroup:
         self.sandboxing = sandboxing
         self.student = student
         self.layers: dict[str, str] = {}
-        self._dir = Path(tempfile.mkdtemp(prefix=f"grader-ws{world_size}-"))
+        self._dir, self._dir_lock = tempdirs.make(f"grader-ws{world_size}-")  # swept once this process is dead
         os.chmod(self._dir, 0o711)  # a rank must reach the FileStore while it is still root
         self._ranks: list[_Rank] = []
         self._leader = 0

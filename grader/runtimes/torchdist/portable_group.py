@@ -12,14 +12,13 @@ import json
 import multiprocessing.connection
 import shutil
 import signal
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from grader import tempdirs
 from grader.limits import Limits
 from grader.runtimes.torchdist import replies
 from grader.runtimes.torchdist.launcher import FAILURE_GRACE_S, STACK_WAIT_S, GroupStartError
@@ -42,7 +41,7 @@ class PortableGroup:
         self.alive = False
         self.ranks: list[Worker] = []
         self._ready_layers: dict[int, dict[str, str]] = {}  # what each rank's ready frame reports
-        self._dir = Path(tempfile.mkdtemp(prefix=f"grader-ws{world_size}-"))
+        self._dir, self._dir_lock = tempdirs.make(f"grader-ws{world_size}-")  # swept once this process is dead
 
     def launch(self) -> None:
         """Nothing ahead of time: every group takes its ranks from the one pool (``RankGroup.launch``)."""
