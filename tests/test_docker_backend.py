@@ -160,7 +160,7 @@ def test_limits_reach_the_container_and_students_cannot_touch_results(tmp_path, 
     assert outcome.status == "ok", outcome
     assert outcome.results == out / "results.json"
     probe = json.loads((out / "probe.json").read_text())
-    capability_bits = {"KILL": 5, "SETGID": 6, "SETUID": 7, "NET_ADMIN": 12, "NET_RAW": 13, "SYS_ADMIN": 21}
+    capability_bits = {"CHOWN": 0, "KILL": 5, "SETGID": 6, "SETUID": 7, "NET_ADMIN": 12, "NET_RAW": 13, "SYS_ADMIN": 21}
     assert probe["uid"] == 0
     assert probe["cap_eff"] == sum(1 << capability_bits[c] for c in CAPABILITIES)
     assert probe["no_new_privs"] == "1"

@@ -6,10 +6,11 @@ small tmpfs mounts for /tmp and /work, the submission read-only at /submission a
 
 Why the container runs as uid 0 (``user="0"``) with ``cap_drop=ALL`` plus only the capabilities in
 :data:`CAPABILITIES`: the in-container grader builds, for every rank group, the same sandbox it builds on a host
-(``grader.sandbox``): SETUID/SETGID to give every rank a uid of its own, KILL to stop ranks, SYS_ADMIN for the
-group's PID, mount and IPC namespaces and its cgroups (the controllers are mounted afresh in a private cgroup
-namespace: ``cgroupns="private"``, so they nest inside this container's own limits and nothing of the host's
-hierarchy is in reach), NET_ADMIN to bring up ``lo`` in the group's network namespace, NET_RAW for the packet
+(``grader.sandbox``): SETUID/SETGID to give every rank a uid of its own, CHOWN to give it its scratch directory
+(where no new root mounts one over it: Docker's default seccomp refuses ``pivot_root``), KILL to stop ranks,
+SYS_ADMIN for the group's PID, mount and IPC namespaces and its cgroups (the controllers are mounted afresh in a
+private cgroup namespace: ``cgroupns="private"``, so they nest inside this container's own limits and nothing of
+the host's hierarchy is in reach), NET_ADMIN to bring up ``lo`` in the group's network namespace, NET_RAW for the packet
 capture that measures the ranks' traffic.  Student code never holds any of them: every rank drops to its own uid
 (which clears the capability sets), sets NO_NEW_PRIVS and loads its own seccomp filter before its first line runs.
 The price: CAP_SYS_ADMIN makes the container's root much stronger, so what stands between a student and the host
@@ -56,7 +57,7 @@ Status = Literal["ok", "timeout", "oom", "start_failed", "error"]
 SUBMISSION_MOUNT = "/submission"
 RESULTS_MOUNT = "/results"
 RUBRIC_MOUNT = "/rubric.yaml"
-CAPABILITIES = ("SETUID", "SETGID", "KILL", "SYS_ADMIN", "NET_ADMIN", "NET_RAW")
+CAPABILITIES = ("SETUID", "SETGID", "CHOWN", "KILL", "SYS_ADMIN", "NET_ADMIN", "NET_RAW")
 CLONE_NEWUSER = 0x10000000
 #: Refused in the container, even to the grader: what no grading needs and what attacks the kernel or the host.
 DENIED_SYSCALLS = (
