@@ -128,7 +128,9 @@ def main() -> None:
     parser.add_argument("--submission", type=Path, default=REPO / "reference" / "a9")
     parser.add_argument("--grader-seccomp", action="store_true")
     parser.add_argument(
-        "--expect", metavar="SCORE", help="CI: grade once as the workflow does, fail unless SCORE (100+5)"
+        "--expect",
+        metavar="SCORE",
+        help="CI: grade once as the workflow does, fail unless SCORE (e.g. 105+5: points with the bonus, then the bonus)",
     )
     args = parser.parse_args()
     submission = args.submission.resolve()

@@ -131,8 +131,8 @@ rm -rf "$repo" "$(dirname "$a4zip")"
 # GitHub Classroom's own path: the student workflow's grading step verbatim, under Docker's default seccomp
 # profile (no pivot_root there): the reference once scored 20/100 that way while every grading above passed.
 say "grading $REFERENCE as the Classroom workflow's step runs it"
-"$PYTHON" "$ROOT/scripts/bench-classroom.py" --image "$IMAGE" --submission "$REFERENCE" --expect 100+5 \
-    || problems+=("the Classroom workflow's step does not grade $REFERENCE 100+5")
+"$PYTHON" "$ROOT/scripts/bench-classroom.py" --image "$IMAGE" --submission "$REFERENCE" --expect 105+5 \
+    || problems+=("the Classroom workflow's step does not grade $REFERENCE 105+5")
 checks=()
 for job in "${graded[@]}"; do
     name=${job%%=*}
