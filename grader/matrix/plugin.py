@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 MEASURE_RUNS = 2  # runs of a case whose capture lost packets, before it is decided on what was measured
 START_ATTEMPTS = 3  # starts of a rank group before its failure decides the case
-LOOKAHEAD = 2  # rank groups launched ahead of the case that first needs them (issue 23)
+LOOKAHEAD = 16  # groups launched ahead of need: every group of a pack's matrix (A9: 11) (issue 23)
 CONFIG_ENV = "GRADER_MATRIX_CONFIG"
 PARENT_ENV = "GRADER_MATRIX_PARENT"  # the runner's pid: the session dies with it
 STARTED = "started"  # ledger key: a case whose ranks were handed student code (the runner reads it)
