@@ -143,6 +143,18 @@ def test_portable_layers_name_every_layer_the_full_sandbox_reports_and_say_advis
     assert "ranks' own records" in layers["measured_traffic"]
 
 
+def test_rootless_a_capture_that_lost_packets_is_no_measurement_but_as_root_it_stays_lost() -> None:
+    """Rootless, the capture's buffer is capped (net.core.rmem_max): on a loaded machine a case moving
+    12 MB can overflow it (the fidelity corpus once gave a ``wrong`` case ``tampering`` rootless)."""
+    from grader.runtimes.torchdist.traffic import Traffic
+
+    lost, whole = Traffic(lost="the capture dropped 12 packets"), Traffic()
+    assert Mode("rootless", "an unprivileged user namespace").measured(lost) is None  # the ranks' records count
+    assert Mode("full", "root").measured(lost) is lost  # verdicts.tampering fails the case
+    assert Mode("rootless", "an unprivileged user namespace").measured(whole) is whole
+    assert Mode("rootless", "an unprivileged user namespace").measured(None) is None
+
+
 def test_a_spawned_rank_gets_no_grader_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GRADER_MATRIX_CONFIG", "/secret/matrix-config.json")
     monkeypatch.setenv("GRADER_INPUT_SALT", "the salt")

@@ -36,6 +36,7 @@ from grader.runtimes.torchdist.portable_rank import LOOPBACK, WorkerSetup, main
 if TYPE_CHECKING:
     from grader.pack import Case
     from grader.runtimes.torchdist.portable_group import PortableGroup
+    from grader.runtimes.torchdist.traffic import Traffic
 
 ADVISORY = "advisory; the instructor's run is the grade of record"
 #: Environment a spawned rank keeps: what Python and the OS need to start, nothing of the grader's.
@@ -72,6 +73,16 @@ class Mode:
     @property
     def portable(self) -> bool:
         return self.name == "portable"
+
+    def measured(self, traffic: Traffic | None) -> Traffic | None:
+        """The traffic a case is decided on.  Rootless, the capture's buffer is capped at
+        net.core.rmem_max, so a large case on a loaded machine can overflow it through no doing of the
+        submission: a capture still incomplete after its rerun is no measurement, and the case is
+        counted from the ranks' own records (``session.ROOTLESS_CAPTURE``), as in the portable runtime.
+        As root a lost capture stays lost, and fails the case (``verdicts.tampering``)."""
+        if self.name == "rootless" and traffic is not None and traffic.lost:
+            return None
+        return traffic
 
     def layers(self) -> dict[str, str]:
         """What the session reports beside the groups' own layers."""
