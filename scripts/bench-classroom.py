@@ -130,7 +130,7 @@ def main() -> None:
     parser.add_argument(
         "--expect",
         metavar="SCORE",
-        help="CI: grade once as the workflow does, fail unless SCORE (e.g. 105+5: points with the bonus, then the bonus)",
+        help="grade once as the workflow does; fail unless SCORE (e.g. 105+5: points, bonus included, + bonus)",
     )
     args = parser.parse_args()
     submission = args.submission.resolve()
