@@ -91,10 +91,12 @@ def compile_grader() -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("packs", nargs="*", choices=[*SUBMISSIONS, []], help="default: all of them")
+    parser.add_argument("packs", nargs="*", help=f"some of {', '.join(SUBMISSIONS)} (default: all of them)")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     args.packs = args.packs or list(SUBMISSIONS)
+    if unknown := set(args.packs) - set(SUBMISSIONS):
+        parser.error(f"no bundled reference for {', '.join(sorted(unknown))}")
     compile_grader()
     cgroup = _cpu_cgroup()
     rows: dict[str, list[dict[str, float]]] = {pack: [] for pack in args.packs}
