@@ -113,7 +113,8 @@ def main() -> int:
     print("| pack | " + " | ".join(columns) + " |")
     print("|---" * (len(columns) + 1) + "|")
     for pack, runs in rows.items():
-        cells = [f"{statistics.median(r[c] for r in runs):.{0 if c in ('cases', 'points') else 2}f}" for c in columns]
+        medians = {c: statistics.median(r[c] for r in runs) for c in columns}
+        cells = [f"{v:g}" if c in ("cases", "points") else f"{v:.2f}" for c, v in medians.items()]
         print(f"| {pack} | " + " | ".join(cells) + " |")
     return 0
 
