@@ -130,6 +130,7 @@ def main(args: argparse.Namespace) -> int:
             if c.world_size == 4
             and set(pack.files_of(pack.module_of[c.kind])) & present
             and not c.params.get("keep_events")
+            and c.kind not in pack.handoffs  # two groups per case (see pack.Handoff): not one launcher's case
         ]
         if not pool:
             raise UserError(f"{args.submission}: none of the pack's world-size-4 cases can run on it")
