@@ -193,6 +193,10 @@ def enter(cfg: IsolationConfig) -> dict[str, str]:
     layers["nproc"] = _set_nproc(cfg, account)
     layers["filesystem"] = _pivot(cfg) if _state.filesystem == "on" else _state.filesystem
     layers["ipc"] = _state.ipc
+    if isinstance(account, tuple) and layers["filesystem"] != "on":
+        # No new root mounts the rank a scratch of its own (Docker's default seccomp refuses pivot_root:
+        # GitHub Classroom's container), so the session's directory becomes the uid's: its cwd and TMPDIR.
+        os.chown(cfg.scratch, *account, follow_symlinks=False)
     layers["uid"] = _drop_uid(account) if isinstance(account, tuple) else account
     layers["prctl"] = _set_prctl()
     layers["network"] = _state.network

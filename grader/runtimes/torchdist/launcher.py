@@ -172,8 +172,6 @@ class RankGroup:
             self._ranks.append(_Rank(c_w, r_r, o_r, s_r, slot))
             theirs += [c_r, r_w, o_w, s_w, slot_fd]
             uid = sb.slot.uid(self.world_size, r) if sb.slot is not None else None
-            if uid is not None:  # its cwd once it is the student, where no new root mounts one over it
-                os.chown(scratch, uid, uid)  # (Docker's default seccomp refuses pivot_root: GitHub Classroom)
             cgroups = self._cgroups.rank_procs(r) if self._cgroups is not None else []
             ranks.append({"scratch": str(scratch), "uid": uid, "gid": uid, "cgroups": cgroups})
         self._report, report_w = os.pipe()
