@@ -17,6 +17,7 @@ from grader.pack import Case, Prepared
 from grader.results import Verdict
 from grader.runtimes.torchdist import launcher
 from grader.runtimes.torchdist.launcher import GroupStartError
+from grader.runtimes.torchdist.portable import Mode
 from grader.runtimes.torchdist.replies import Claims
 from grader.runtimes.torchdist.runs import CaseRun, RankReport, clean
 from grader.runtimes.torchdist.traffic import Traffic
@@ -93,6 +94,8 @@ class FakeGroup:
         FakeGroup.launched.append(self.world_size)
 
     def wait_ready(self) -> None:
+        if self.alive:
+            return
         FakeGroup.starts += 1
         if FakeGroup.starts <= FakeGroup.failures:
             raise GroupStartError("the ranks were not ready in time")
@@ -142,27 +145,37 @@ def session(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> plugin.MatrixSes
     s.start_failures, s.import_failures, s.layers, s.failed_functions = {}, {}, {}, set()
     s.student_code_ran, s.sandbox, s.student = False, None, {}
     s.zygote, s.sandboxing, s.pool, s.fresh_groups = object(), object(), None, {}  # FakeGroup needs neither
-    s.plan, s.launched, s.lookahead, s.timeline = [], {}, 0, Timeline(0.0)
+    s.launched, s.timeline, s.mode = {}, Timeline(0.0), Mode("full", "root")
     s.config = SimpleNamespace(ledger=str(tmp_path / "ledger.jsonl"))
     return s
 
 
-def test_groups_are_launched_ahead_in_the_order_the_cases_need_them(session: plugin.MatrixSession) -> None:
-    session.plan, session.lookahead, session.calibration = [(False, 2), (False, 3), (False, 4)], 1, {2: 0.01, 3: 0.01}
-    session._launch_ahead()
-    assert FakeGroup.launched == [2]  # before any case: the first one
-    session._group(session.groups, 2)
-    assert FakeGroup.launched == [2, 3]  # the first one taken: the next one starts while it runs cases
-    session._group(session.groups, 3)
-    assert FakeGroup.launched == [2, 3, 4] and FakeGroup.starts == 2  # taken, not started again
+def prepared_groups(session: plugin.MatrixSession, sizes: list[int]) -> None:
+    """``session.prepare_groups`` for allreduce cases of these world sizes, in this order."""
+    cases = [Case("test_allreduce", f"ws{n}", n, "allreduce", {}) for n in sizes]
+    session.pack.cases = lambda: cases  # type: ignore[attr-defined]
+    session._precheck = lambda module: None  # type: ignore[method-assign]
+    session.calibration = dict.fromkeys(sizes, 0.01)
+    session.prepare_groups([case.name for case in cases])
 
 
-def test_a_group_launched_ahead_that_fails_to_start_is_started_again(session: plugin.MatrixSession) -> None:
+def test_every_group_is_started_before_the_first_case_and_the_cases_take_them(
+    session: plugin.MatrixSession,
+) -> None:
+    prepared_groups(session, [2, 3, 2, 4])
+    assert FakeGroup.launched == [2, 3, 4] and FakeGroup.starts == 3  # each once, side by side, all ready
+    for size in (2, 3, 4):
+        assert session._group(session.groups, size).alive
+    assert FakeGroup.launched == [2, 3, 4] and FakeGroup.starts == 3  # taken, not started again
+
+
+def test_a_group_that_failed_to_start_before_the_cases_is_started_again_when_needed(
+    session: plugin.MatrixSession,
+) -> None:
     FakeGroup.failures = 1
-    session.plan, session.lookahead = [(False, 2)], 1
-    session._launch_ahead()
-    group = session._group(session.groups, 2)
-    assert group.alive and FakeGroup.launched == [2, 2] and FakeGroup.starts == 2
+    prepared_groups(session, [2])
+    assert session.launched == {}  # it did not come up: nothing is kept of it
+    assert session._group(session.groups, 2).alive and FakeGroup.launched == [2, 2] and FakeGroup.starts == 2
 
 
 def test_a_case_whose_capture_lost_packets_runs_again_in_a_fresh_group(session: plugin.MatrixSession) -> None:

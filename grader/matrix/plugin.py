@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 MEASURE_RUNS = 2  # runs of a case whose capture lost packets, before it is decided on what was measured
 START_ATTEMPTS = 3  # starts of a rank group before its failure decides the case
-LOOKAHEAD = 16  # groups launched ahead of need: every group of a pack's matrix (A9: 11) (issue 23)
 CONFIG_ENV = "GRADER_MATRIX_CONFIG"
 PARENT_ENV = "GRADER_MATRIX_PARENT"  # the runner's pid: the session dies with it
 STARTED = "started"  # ledger key: a case whose ranks were handed student code (the runner reads it)
@@ -97,10 +96,7 @@ class MatrixSession:
         self.groups: dict[int, Any] = {}  # rank processes -> the live group of that size
         #: rank processes -> the group a Handoff's second step runs in: fresh ranks that run nothing else
         self.fresh_groups: dict[int, Any] = {}
-        #: the groups the cases will need, (fresh, rank processes) in the order of first need (``plan``)
-        self.plan: list[tuple[bool, int]] = []
-        self.launched: dict[tuple[bool, int], Any] = {}  # groups started ahead, not yet needed
-        self.lookahead = 0 if self.pool is not None else LOOKAHEAD  # a pool's workers serve one group at a time
+        self.launched: dict[tuple[bool, int], Any] = {}  # (fresh, rank processes) -> started before the cases
         self.import_failures: dict[str, tuple[Verdict, str]] = {}
         self.start_failures: dict[int, str] = {}  # rank processes -> why their group could not start
         self.layers: dict[str, str] = {**config.layers, **self.mode.layers()}
@@ -258,39 +254,37 @@ class MatrixSession:
         return run
 
     def prepare_groups(self, names: list[str]) -> None:
-        """Plan the groups the cases ``names`` will run in, in the order they first need them, and
-        launch the first ones, so that ranks start up while the session runs other cases."""
+        """Start every group the cases ``names`` will run in, side by side, before the first case (issue
+        23): their ranks start up on every core at once instead of one group after another, and no case
+        ever runs beside a group starting up, which would eat into its time budget.  A group that does
+        not come up here is started again, with its retries, when a case needs it, as is a group
+        replaced after a case.  Not with a pool: its workers serve one group at a time."""
+        from grader.runtimes.torchdist.launcher import GroupStartError
+
+        if self.pool is not None:
+            return
         cases = {case.name: case for case in self.pack.cases()}
         for name in names:
             case = cases.get(name)
             if case is None or self._precheck(self.pack.module_of[case.kind]) is not None:
                 continue
-            keys = [(False, case.processes)]
-            if case.kind in self.pack.handoffs:
-                keys.append((True, case.processes))
-            self.plan += [key for key in keys if key not in self.plan]
-        self._launch_ahead()
-
-    def _launch_ahead(self) -> None:
-        """Launch the plan's next groups that are neither started nor launched, ``lookahead`` at most
-        waiting at once.  Only first starts are planned: a group replaced after a case is not."""
-        for key in self.plan:
-            if len(self.launched) >= self.lookahead:
-                return
-            fresh, size = key
-            if key in self.launched or size in (self.fresh_groups if fresh else self.groups):
-                continue
-            if size not in self.start_failures:
-                group = self._new_group(size)
-                group.launch()
-                self.launched[key] = group
+            keys = [(False, case.processes)] + ([(True, case.processes)] if case.kind in self.pack.handoffs else [])
+            for key in keys:
+                if key not in self.launched:
+                    self.launched[key] = self._new_group(key[1])
+                    self.launched[key].launch()
+        for key, group in list(self.launched.items()):
+            try:
+                group.wait_ready()
+            except GroupStartError:
+                del self.launched[key]  # closed where it failed
 
     def _group(self, groups: dict[int, Any], size: int) -> Any:
         """The live group of ``size`` rank processes (``Case.processes``: the world size, but for a
         threads case) in ``groups``, started (and calibrated, once per size) when there is none, or
-        taken from those launched ahead.  A start that fails is tried again (``START_ATTEMPTS`` in all)
-        with every other group closed, so that what a submission left running there cannot starve it;
-        a start that still fails is remembered."""
+        taken from those started before the cases (``prepare_groups``).  A start that fails is tried
+        again (``START_ATTEMPTS`` in all) with every other group closed, so that what a submission left
+        running there cannot starve it; a start that still fails is remembered."""
         from grader.runtimes.torchdist.launcher import GroupStartError
 
         if size in self.start_failures:  # once is enough: the next case would fail the same way
@@ -322,7 +316,6 @@ class MatrixSession:
         self.layers.update(group.layers)
         if size not in self.calibration:
             self.calibration[size] = self._calibrate(group)
-        self._launch_ahead()
         self.timeline.groups += time.monotonic() - started
         return group
 
