@@ -165,9 +165,6 @@ def fake_main(argv: list[str]) -> int:
     rubric = load_rubric(args.rubric)
     pack = load_pack(rubric.assignment.pack)
     when = given(args.submitted_at, TimeSource(args.submitted_at_source))
-    # A fake the batch kills (timeouts, SIGTERM) runs no cleanup: its work and intake directories are
-    # the test's (beside the log, in its tmp_path), never /tmp's.
-    tempfile.tempdir = str(Path(os.environ["FAKE_GRADER_LOG"]).parent)
     with tempfile.TemporaryDirectory(prefix="fake-grade-") as work:
         taken = take(args.submission, rubric, Path(work) / "sandbox", when, args.trust_commit_time)
         main_file = taken.sandbox / rubric.student_files[0]
@@ -1069,6 +1066,10 @@ def test_real_grader_batch_equals_grading_each_alone_and_a_rescore_runs_no_code(
 
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
+    # A fake the batch kills (timeouts, SIGTERM) runs no cleanup: its work and intake directories are
+    # the test's (beside the log, in its tmp_path), never /tmp's.  Only here, in the fake's own process:
+    # set in pytest's (grade_alone), it would move every later test's temporary files there.
+    tempfile.tempdir = str(Path(os.environ["FAKE_GRADER_LOG"]).parent)
     sys.exit(fake_main(sys.argv[1:]))
 
 
