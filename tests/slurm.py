@@ -116,7 +116,13 @@ def running_slurm() -> Iterator[Slurm]:
         munged += [f"--pid-file={munge}/munged.pid", f"--log-file={munge}/munged.log", f"--seed-file={munge}/seed"]
         log = (root / "daemons.log").open("ab")
         procs.append(subprocess.Popen(munged, user="munge", group="munge", stdout=log, stderr=log))
-        _wait(lambda: sock.exists(), 30, "munged never opened its socket")
+        _wait(
+            lambda: sock.exists() or procs[0].poll() is not None,
+            90,
+            f"munged never opened its socket (see {munge}/munged.log)",
+        )
+        if procs[0].poll() is not None:
+            raise RuntimeError(f"munged exited ({procs[0].returncode}): {(munge / 'munged.log').read_text()[-2000:]}")
         for sub in ("state", "spool", "run", "log"):
             (root / sub).mkdir()
         (root / "slurm.conf").write_text(_conf(root, sock))
