@@ -2,7 +2,7 @@
 
 The session stamps its phases on the monotonic clock the runner shares (``CLOCK_MONOTONIC`` is one
 clock for every process of a machine), and writes them beside its isolation report; the runner adds
-them to ``results.json``'s ``timings`` as ``matrix.*`` stages, which ``grader bench --breakdown``
+them to ``results.json``'s ``timings`` as ``matrix.*`` stages, which ``scripts/bench-grade.py``
 prints.  Only the session writes the file: no rank can move a figure (and none is a verdict).
 """
 
@@ -52,8 +52,8 @@ class Timeline:
 
 def read(path: Path, ended: float, launched: float) -> dict[str, float]:
     """The session's phases as ``matrix.*`` timings, plus ``matrix.exit``: from the session's close to
-    its process's end (pytest's reports and the process's exit), as the runner saw it end.  Nothing when the session
-    wrote no timeline (it was killed): the stages it did not reach were not measured."""
+    its process's end (pytest's reports and the process's exit), as the runner saw it end.  Nothing
+    when the session wrote no timeline (it was killed): the stages it did not reach were not measured."""
     try:
         phases = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -118,7 +118,8 @@ class RankGroup:
 
     def launch(self) -> None:
         """Start the ranks without waiting for them: they join Gloo and build their sandbox while the
-        session runs other cases (issue 23).  A failure is kept for :meth:`wait_ready` to raise."""
+        session launches its other groups (``MatrixSession.prepare_groups``, issue 23).  A failure is
+        kept for :meth:`wait_ready` to raise."""
         try:
             self._guarded(self._launch)
         except GroupStartError as exc:
