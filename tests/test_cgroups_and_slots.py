@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,6 +68,53 @@ def test_groups_of_a_killed_session_are_swept(tmp_path: Path) -> None:
     mine.mkdir()
     layer.sweep()
     assert not dead.exists() and mine.exists()
+
+
+class _Listing:
+    """What ``os.scandir`` returns: an iterator that is its own context manager."""
+
+    def __init__(self, entries: list[os.DirEntry[str]]) -> None:
+        self._entries = iter(entries)
+
+    def __iter__(self) -> _Listing:
+        return self
+
+    def __next__(self) -> os.DirEntry[str]:
+        return next(self._entries)
+
+    def __enter__(self) -> _Listing:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_dead_sessions_group_another_grading_removes_meanwhile_is_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two gradings starting together sweep the same dead session's groups: the other one's rmdir can
+    land between this sweep's listing of a group and its descent into it (found in a --jobs 2 batch:
+    the session died of FileNotFoundError and the student's row was a grader error)."""
+    layer = Cgroups._v2(fake_v2(tmp_path))
+    assert layer is not None and layer.memory is not None
+    dead = layer.memory / "999999999-ws4-3"
+    for r in range(4):
+        (dead / f"rank{r}").mkdir(parents=True)
+    real = os.scandir
+
+    def racing(path: Any = ".") -> _Listing:
+        entries = list(real(path))
+        if Path(path) == dead:  # listed; now the other sweep removes a rank before this one gets to it
+            (dead / "rank2").rmdir()
+        return _Listing(entries)
+
+    monkeypatch.setattr(os, "scandir", racing)
+    layer.sweep()
+    monkeypatch.undo()
+    assert not dead.exists()
 
 
 def test_concurrent_gradings_hold_different_slots_and_every_rank_has_its_own_uid(tmp_path: Path) -> None:

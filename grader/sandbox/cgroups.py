@@ -243,9 +243,16 @@ def _write(path: Path, value: str) -> None:
         f.write(value)
 
 
+def _subgroups(path: Path) -> list[Path]:
+    """Every cgroup below ``path``, deepest first.  Another session may be removing the same tree
+    (two gradings starting together sweep the same dead session's groups): a group gone meanwhile is
+    passed over (``os.walk`` ignores what it cannot list), never an error in this session."""
+    return [Path(top) for top, _, _ in os.walk(path, topdown=False) if top != str(path)]
+
+
 def _procs(path: Path, recursive: bool = False) -> list[int]:
     found = []
-    for group in [path, *(p for p in path.rglob("*") if p.is_dir())] if recursive else [path]:
+    for group in [path, *_subgroups(path)] if recursive else [path]:
         with contextlib.suppress(OSError, ValueError):
             found += [int(pid) for pid in (group / "cgroup.procs").read_text().split()]
     return found
@@ -255,7 +262,7 @@ def _remove_tree(path: Path) -> None:
     """rmdir a cgroup and its children, deepest first (cgroupfs refuses anything but rmdir)."""
     if not path.is_dir():
         return
-    for child in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+    for child in _subgroups(path):
         with contextlib.suppress(OSError):
             child.rmdir()
     with contextlib.suppress(OSError):
