@@ -1,7 +1,8 @@
 """Every student's machine (issue 21): the portable runtime, forced here on Linux, and the choice of
 runtime on a platform faked to be macOS, Windows or a Linux without namespaces.
 
-The portable runtime starts ranks with the spawn start method, joins them through a FileStore and
+The portable runtime starts ranks with ``multiprocessing`` (forked from a fork server on Linux,
+spawned on macOS and Windows), joins them through a FileStore and
 can see nothing of them from outside; so these tests check what it still promises: the same
 verdicts for honest code, hangs found by the budget and named by the rank's own watchdog (a rank
 that cannot answer is a hang without a line), a deadlock found by the ranks' own account, every
@@ -134,8 +135,16 @@ def _running(pid: int) -> bool:
         return False
 
 
-def test_portable_layers_name_every_layer_the_full_sandbox_reports_and_say_advisory() -> None:
-    layers = Mode("portable", "no os.fork on this platform").layers()
+@pytest.mark.parametrize(("system", "method"), [("linux", "forkserver"), ("darwin", "spawn"), ("win32", "spawn")])
+def test_workers_fork_from_a_torch_loaded_server_only_on_linux(system: str, method: str) -> None:
+    """Windows has no fork, and macOS's system frameworks are not safe to fork after they load."""
+    assert portable.start_method(system) == method
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_portable_layers_name_every_layer_the_full_sandbox_reports_and_say_advisory(method: str) -> None:
+    layers = Mode("portable", "no os.fork on this platform").layers(method)
+    assert f"({method})" in layers["zygote"] and "scrubbed environment" in layers["zygote"]
     assert set(layers) | {"audit_hooks"} == FULL_LAYERS | {"runtime"}  # audit hooks: the ranks report them
     off = {name for name, state in layers.items() if state.startswith("off: ")}
     assert off == set(layers) - {"zygote"}
@@ -215,6 +224,34 @@ def test_the_pool_starts_as_many_workers_as_the_largest_group_that_will_run_has_
     skip = {c.name for c in cases if c.world_size != 2}  # e.g. a student's `grader grade . -k ws2`
     assert pool_capacity(cases, skip) == 2
     assert pool_capacity(cases, {c.name for c in cases}) == 1  # nothing left to run: one, never zero
+
+
+@pytest.mark.slow
+def test_spawned_workers_as_on_macos_and_windows_join_a_group_run_a_case_and_serve_the_next(tmp_path: Path) -> None:
+    """The spawn branch, which only macOS and Windows take, run here on Linux: the pool starts its
+    workers at once, a group of them runs the runtime's own allreduce, and a group that ended clean
+    gives them back for the next instead of spawning more."""
+    import torch
+
+    from grader.limits import Limits
+    from grader.runtimes.torchdist.portable_group import PortableGroup
+    from grader.runtimes.torchdist.session import student_config
+
+    pack = load_pack("a9")
+    sandbox = tmp_path / "sandbox"
+    shutil.copytree(REPO / "reference" / "a9", sandbox)
+    pool = portable.WorkerPool(2, sandbox, pack.bodies, pack.search_path, student_config(pack, {}), method="spawn")
+    workers = list(pool.idle)
+    try:
+        assert len(workers) == 2
+        for _ in range(2):
+            with PortableGroup(2, Limits(), pool) as group:
+                run = group.run_case({"op": "calibrate"}, [{"x": torch.ones(8)}] * 2, 60.0)
+                assert [rep.status for rep in run.ranks] == ["ok", "ok"], run.output
+            assert pool.spawned == 2 and sorted(map(id, pool.idle)) == sorted(map(id, workers))
+    finally:
+        pool.close()
+    assert not any(w.process.is_alive() for w in workers)
 
 
 # --------------------------------------------------------------------------- hangs without /proc

@@ -99,7 +99,7 @@ class MatrixSession:
         self.launched: dict[tuple[bool, int], Any] = {}  # (fresh, rank processes) -> started before the cases
         self.import_failures: dict[str, tuple[Verdict, str]] = {}
         self.start_failures: dict[int, str] = {}  # rank processes -> why their group could not start
-        self.layers: dict[str, str] = {**config.layers, **self.mode.layers()}
+        self.layers: dict[str, str] = {**config.layers, **self.mode.layers(self.pool.method if self.pool else "")}
         self.failed_functions: set[str] = set()  # functions with a failing case that a stand-in may replace
         self.hung: dict[tuple[str, int], str] = {}  # (function, world size) -> the case that hung
         self.calibration: dict[int, float | None] = {}  # rank processes -> seconds of the calibration allreduce

@@ -8,7 +8,7 @@ Linux, or no namespace can be made at all, or when ``--isolation portable`` asks
 A ``portable_group.PortableGroup`` has the interface of ``launcher.RankGroup`` (start, run_case, close), so
 the matrix session treats both alike: one live group per world size across many cases, torn down
 after any case that leaves the wire in doubt.  Its ranks (``portable_rank``) are started with
-``multiprocessing``'s spawn context in a scrubbed environment, join a Gloo group through a
+``multiprocessing`` in a scrubbed environment (:func:`start_method`), join a Gloo group through a
 ``FileStore`` (no port is guessed; a file works on every OS) over loopback, and are sent only
 inputs; the session decides every verdict.  What it cannot do without Linux: measure the wire, see
 /proc, confine the ranks.  So the messages and bytes are the ranks' own records, a hang is found by
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import sys
 from collections.abc import Collection, Iterable
@@ -42,6 +43,16 @@ ADVISORY = "advisory; the instructor's run is the grade of record"
 #: Environment a spawned rank keeps: what Python and the OS need to start, nothing of the grader's.
 KEEP_ENV = ("PATH", "SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "TEMP", "TMP", "LANG", "LC_ALL", "PATHEXT", "COMSPEC")
 SPAWN_S = 90.0  # added to a group's start budget while a worker still imports torch (a loaded laptop)
+#: What a forked worker would otherwise import first, the pack's rank-side module aside.
+FORKSERVER_PRELOAD = ("torch", "torch.distributed", "grader.runtimes.torchdist.rank", "grader.sandbox.wire")
+
+
+def start_method(system: str = sys.platform) -> str:
+    """How a worker starts.  On Linux, forked from a fresh interpreter that imported torch once, in the
+    scrubbed environment (``forkserver``): a torch import per worker is most of this runtime's cost.
+    Elsewhere, a fresh interpreter of its own (``spawn``): Windows has no fork, and macOS's system
+    frameworks are not safe to fork, which is why Python spawns there too."""
+    return "forkserver" if system.startswith("linux") else "spawn"
 
 
 @dataclass(frozen=True)
@@ -84,14 +95,18 @@ class Mode:
             return None
         return traffic
 
-    def layers(self) -> dict[str, str]:
-        """What the session reports beside the groups' own layers."""
+    def layers(self, method: str = "") -> dict[str, str]:
+        """What the session reports beside the groups' own layers (``method``: :func:`start_method`'s)."""
         if not self.portable:
             return {"runtime": f"on: {self.name} ({self.why})"}
         off = "off: portable runtime"
+        started = {
+            "forkserver": "forked from a fresh interpreter that imported only torch and the rank runtime (forkserver)",
+            "spawn": "a fresh interpreter (spawn)",
+        }[method or start_method()]
         return {
             "runtime": f"off: portable runtime ({self.why}): {ADVISORY}",
-            "zygote": "on: every rank is a fresh interpreter (spawn) with a scrubbed environment",
+            "zygote": f"on: every rank is {started}, with a scrubbed environment",
             "pid_namespace": off,
             "cgroup": off,
             "measured_traffic": f"off: portable runtime: messages and bytes are the ranks' own records ({ADVISORY})",
@@ -130,8 +145,8 @@ def decide(requested: str, host: Host | None = None) -> Mode:
 
 @contextlib.contextmanager
 def _scrubbed_environment() -> Any:
-    """The spawn start method gives the child this process's environment: for the time it starts a
-    rank, that is only what Python needs (never the session's config path, let alone a salt)."""
+    """A spawned worker, or the fork server, gets this process's environment: for the time it starts,
+    that is only what Python needs (never the session's config path, let alone a salt)."""
     saved = dict(os.environ)
     try:
         os.environ.clear()
@@ -170,18 +185,34 @@ class WorkerPool:
     """The session's spawned rank processes.  Starting one costs a torch import (seconds), so a worker
     whose group ended clean (the condition under which a forked group serves its next case) joins the
     next group instead of dying, and at most ``capacity`` workers live at once: a group that needs
-    more takes them from the least recently used idle groups (a bound a laptop's memory needs, too)."""
+    more takes them from the least recently used idle groups (a bound a laptop's memory needs, too).
+
+    The workers start while the session imports torch itself.  Spawned, they all start at once; with a
+    fork server, only the server does (its torch import is theirs), and each worker is forked when a
+    group first needs it: starting one waits for the server's import to finish."""
 
     def __init__(
-        self, capacity: int, sandbox: Path, bodies: str, search_path: tuple[str, ...], student: dict[str, Any]
+        self,
+        capacity: int,
+        sandbox: Path,
+        bodies: str,
+        search_path: tuple[str, ...],
+        student: dict[str, Any],
+        method: str = "",
     ):
         self.capacity = capacity
         self.setup = WorkerSetup(str(sandbox), bodies, search_path, student)
+        self.method = method or start_method()
+        self.context: Any = multiprocessing.get_context(self.method)  # a spawn or forkserver context
         self.idle: list[Worker] = []
         self.groups: list[PortableGroup] = []  # live groups, least recently used first
-        self.spawned = 0  # workers started over the session (for the record: each is a torch import)
-        with _scrubbed_environment():  # all at once, while the session is still starting
-            self.idle = [self._spawn() for _ in range(capacity)]
+        self.spawned = 0  # workers started over the session
+        with _scrubbed_environment():
+            if self.method == "forkserver":
+                self.context.set_forkserver_preload([*FORKSERVER_PRELOAD, bodies])
+                multiprocessing.forkserver.ensure_running()  # starts the server; does not wait for it
+            else:
+                self.idle = [self._spawn() for _ in range(capacity)]
 
     def take(self, n: int, group: PortableGroup) -> list[Worker]:
         """``n`` workers for ``group``: idle ones first, then new ones, evicting idle groups for room."""
@@ -223,7 +254,7 @@ class WorkerPool:
         self.idle = []
 
     def _spawn(self) -> Worker:
-        ctx = multiprocessing.get_context("spawn")
+        ctx = self.context
         channel, theirs = ctx.Pipe(duplex=True)
         out_r, out_w = ctx.Pipe(duplex=False)
         watch, their_watch = ctx.Pipe(duplex=True)

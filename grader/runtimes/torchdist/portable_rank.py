@@ -1,8 +1,9 @@
-"""Rank side of the portable runtime: one rank, started with the ``spawn`` start method.
+"""Rank side of the portable runtime: one rank, started by ``multiprocessing``.
 
-Where the Linux sandbox cannot be built (Windows and macOS have no ``fork`` server to build it
-on, no namespaces, no ``/proc``), a rank is a fresh interpreter the session starts with
-``multiprocessing``'s spawn context, in a scrubbed environment (no salt, no config path), and
+Where the Linux sandbox cannot be built (no namespaces or ``/proc`` on macOS and Windows, no
+``fork`` on Windows), a rank is a process the session starts with ``multiprocessing``
+(``portable.start_method``: forked from a fork server that imported torch on Linux, a fresh
+interpreter elsewhere), in a scrubbed environment (no salt, no config path), and
 talks to the session over three ``multiprocessing`` connections, which work on every OS:
 
 ``channel``   session -> rank ``join`` and case frames, rank -> session replies (``grader.sandbox.wire``)
