@@ -10,6 +10,7 @@ v1 or v2): that figure says how far two cores can go, whatever the wall time say
 
     python3 scripts/bench-grade.py                 # a9, a4, hw12, a5; 3 runs each
     python3 scripts/bench-grade.py --runs 5 a9 a5  # some of them
+    python3 scripts/bench-grade.py --isolation full,portable a9   # the runtimes side by side (issue 21)
 
 Measure on an idle machine: wall times move with the load, and only figures taken in one run of this
 script compare.
@@ -66,8 +67,9 @@ def _cpu_seconds(cgroup: Path) -> float:
     return int(stat["usage_usec"]) / 1e6
 
 
-def grade_once(pack: str, out: Path, cgroup: Path | None) -> dict[str, float]:
+def grade_once(pack: str, isolation: str, out: Path, cgroup: Path | None) -> dict[str, float]:
     cmd = [sys.executable, "-m", "grader", "grade", str(SUBMISSIONS[pack]), "--pack", pack, "--out", str(out)]
+    cmd += ["--isolation", isolation]
     before = _cpu_seconds(cgroup) if cgroup else 0.0
     enter = (lambda: (cgroup / "cgroup.procs").write_text(str(os.getpid()))) if cgroup else None
     t0 = time.monotonic()
@@ -93,18 +95,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("packs", nargs="*", help=f"some of {', '.join(SUBMISSIONS)} (default: all of them)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--isolation", default="auto", help="runtimes, alternated: auto, full, portable")
     args = parser.parse_args()
+    runtimes = args.isolation.split(",")
     args.packs = args.packs or list(SUBMISSIONS)
     if unknown := set(args.packs) - set(SUBMISSIONS):
         parser.error(f"no bundled reference for {', '.join(sorted(unknown))}")
     compile_grader()
     cgroup = _cpu_cgroup()
-    rows: dict[str, list[dict[str, float]]] = {pack: [] for pack in args.packs}
+    label = {(p, r): p if len(runtimes) == 1 else f"{p} {r}" for p in args.packs for r in runtimes}
+    rows: dict[str, list[dict[str, float]]] = {name: [] for name in label.values()}
     try:
         with tempfile.TemporaryDirectory(prefix="bench-grade-") as tmp:
             for run in range(args.runs):
-                for pack in args.packs:  # alternated, so a change of load touches every pack alike
-                    rows[pack].append(grade_once(pack, Path(tmp) / f"{pack}-{run}", cgroup))
+                for (pack, runtime), name in label.items():  # alternated: a change of load touches each alike
+                    out = Path(tmp) / f"{pack}-{runtime}-{run}"
+                    rows[name].append(grade_once(pack, runtime, out, cgroup))
     finally:
         if cgroup is not None:
             cgroup.rmdir()
@@ -112,10 +118,10 @@ def main() -> int:
     print(f"load average at the end: {os.getloadavg()[0]:.2f}; medians of {args.runs} runs, seconds")
     print("| pack | " + " | ".join(columns) + " |")
     print("|---" * (len(columns) + 1) + "|")
-    for pack, runs in rows.items():
+    for name, runs in rows.items():
         medians = {c: statistics.median(r[c] for r in runs) for c in columns}
         cells = [f"{v:g}" if c in ("cases", "points") else f"{v:.2f}" for c, v in medians.items()]
-        print(f"| {pack} | " + " | ".join(cells) + " |")
+        print(f"| {name} | " + " | ".join(cells) + " |")
     return 0
 
 
