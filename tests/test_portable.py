@@ -254,6 +254,29 @@ def test_spawned_workers_as_on_macos_and_windows_join_a_group_run_a_case_and_ser
     assert not any(w.process.is_alive() for w in workers)
 
 
+def _multiprocessing_helpers() -> set[int]:
+    """Pids of ``multiprocessing``'s fork servers and resource trackers on this machine."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"multiprocessing.forkserver import main" in cmdline or b"multiprocessing.resource_tracker" in cmdline:
+            found.add(int(proc.name))
+    return found
+
+
+@pytest.mark.slow
+def test_a_portable_grading_leaves_no_process_behind(tmp_path: Path) -> None:
+    """Not even ``multiprocessing``'s fork server, which would otherwise outlive the session by the
+    second it takes to tear torch down."""
+    before = _multiprocessing_helpers()
+    results = _verdicts(tmp_path, REPO / "reference" / "a9", ["test_allreduce[ws2-float32-4x5]"])
+    assert results["test_allreduce[ws2-float32-4x5]"][0] == "pass"
+    assert _multiprocessing_helpers() - before == set()
+
+
 # --------------------------------------------------------------------------- hangs without /proc
 
 

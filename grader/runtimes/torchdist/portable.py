@@ -25,7 +25,9 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import os
+import signal
 import sys
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
@@ -252,6 +254,7 @@ class WorkerPool:
         for worker in self.idle:
             worker.kill()
         self.idle = []
+        _stop_multiprocessing_helpers(self.method)
 
     def _spawn(self) -> Worker:
         ctx = self.context
@@ -264,6 +267,23 @@ class WorkerPool:
             end.close()
         self.spawned += 1
         return Worker(process, channel, out_r, watch)
+
+
+def _stop_multiprocessing_helpers(method: str) -> None:
+    """``multiprocessing``'s own processes, the fork server and the resource tracker, end by themselves
+    once the session has: the server only after tearing torch down, a second or more after the grading
+    returned.  A grading leaves no process behind, so they end here, the server killed (it holds
+    nothing).  CPython has no public way to stop either; ``_stop`` is what its own tests use."""
+    if method == "forkserver":
+        server = multiprocessing.forkserver._forkserver
+        pid = getattr(server, "_forkserver_pid", None)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            server._stop()  # type: ignore[attr-defined]
+    stop = getattr(multiprocessing.resource_tracker._resource_tracker, "_stop", None)  # not in every Python
+    if stop is not None:
+        stop()
 
 
 def pool_capacity(cases: Iterable[Case], skip: Collection[str]) -> int:
