@@ -85,9 +85,10 @@ class MatrixSession:
         self.sandboxing: Sandboxing | None = None
         self.pool: portable.WorkerPool | None = None
         if self.mode.portable:
-            capacity = portable.pool_capacity(self.pack.cases(), set(config.skip))
+            method = portable.start_method()
+            capacity = portable.pool_capacity(self.pack.cases(), set(config.skip), set(self.pack.handoffs), method)
             self.pool = portable.WorkerPool(
-                capacity, self.sandbox, self.pack.bodies, self.pack.search_path, self.student
+                capacity, self.sandbox, self.pack.bodies, self.pack.search_path, self.student, method
             )
         else:
             # starts importing torch while this process does the same

@@ -184,10 +184,10 @@ class Worker:
 
 
 class WorkerPool:
-    """The session's spawned rank processes.  Starting one costs a torch import (seconds), so a worker
-    whose group ended clean (the condition under which a forked group serves its next case) joins the
-    next group instead of dying, and at most ``capacity`` workers live at once: a group that needs
-    more takes them from the least recently used idle groups (a bound a laptop's memory needs, too).
+    """The session's rank processes.  A worker whose group ended clean (the condition under which a
+    forked group serves its next case) joins the next group instead of dying, and at most ``capacity``
+    workers live at once (:func:`pool_capacity`): a group that needs more takes them from the least
+    recently used idle groups (a bound a laptop's memory needs, too).
 
     The workers start while the session imports torch itself.  Spawned, they all start at once; with a
     fork server, only the server does (its torch import is theirs), and each worker is forked when a
@@ -286,9 +286,15 @@ def _stop_multiprocessing_helpers(method: str) -> None:
         stop()
 
 
-def pool_capacity(cases: Iterable[Case], skip: Collection[str]) -> int:
-    """Workers alive at once: as many as the largest group of the cases that will run has ranks (a
-    student's ``-k`` run of small cases starts only those).  Each worker costs a torch import (about
-    1.5 s of CPU) and a regroup a Gloo rendezvous (about 50 ms), so a matrix that alternates world
-    sizes is cheapest with the fewest workers (A9: 8 torch-loaded processes, not 36)."""
-    return max((case.processes for case in cases if case.name not in skip), default=1)
+def pool_capacity(cases: Iterable[Case], skip: Collection[str], handoffs: Collection[str], method: str) -> int:
+    """Workers alive at once, counting only the cases that will run (a student's ``-k`` run of small
+    cases starts only those).  A regroup costs a Gloo rendezvous and the student's modules imported
+    again (A9 alternates world sizes: 83 of them).  Forked from the fork server a worker is cheap, so
+    every group the cases need keeps its own, as in the full sandbox: one per world size, and one of
+    fresh ranks per world size where a kind hands off (``AssignmentPack.handoffs``).  Spawned, each
+    costs a torch import (about 1.5 s of CPU), so only as many as the largest group has ranks."""
+    running = [case for case in cases if case.name not in skip]
+    if method != "forkserver":
+        return max((case.processes for case in running), default=1)
+    groups = {(case.kind in handoffs and fresh, case.processes) for case in running for fresh in (False, True)}
+    return max(sum(size for _, size in groups), 1)
