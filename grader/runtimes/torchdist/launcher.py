@@ -37,7 +37,15 @@ import torch
 from grader import tempdirs
 from grader.limits import Limits
 from grader.runtimes.torchdist import procfs, replies
-from grader.runtimes.torchdist.runs import CappedOutput, CaseRun, RankReport, clean, explains
+from grader.runtimes.torchdist.runs import (
+    CappedOutput,
+    CaseRun,
+    GroupLifecycle,
+    RankReport,
+    case_frames,
+    clean,
+    explains,
+)
 from grader.runtimes.torchdist.session import Sandboxing, Zygote
 from grader.runtimes.torchdist.traffic import Capture, Traffic
 from grader.runtimes.torchdist.zygote import GroupRequest
@@ -73,7 +81,7 @@ class _Rank:
     pid: int = 0  # host pid, once known
 
 
-class RankGroup:
+class RankGroup(GroupLifecycle):
     def __init__(
         self,
         world_size: int,
@@ -274,17 +282,9 @@ class RankGroup:
             while procfs.alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.002)
 
-    def __enter__(self) -> RankGroup:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # --- one case ------------------------------------------------------------------------------
     def run_case(self, header: dict[str, Any], inputs: list[dict[str, torch.Tensor]], timeout_s: float) -> CaseRun:
-        header = {"op": "case", **header, "t0": time.monotonic()}
-        frames = [wire.encode(header, inputs[r]) for r in range(self.world_size)]
+        frames = case_frames(header, inputs, self.world_size)
         for rk in self._ranks:
             rk.status.set(StatusSlot.RUNNING, "")
         ooms = [self._cgroups.oom_kills(r) for r in range(self.world_size)] if self._cgroups else []

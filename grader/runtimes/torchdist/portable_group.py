@@ -23,14 +23,14 @@ from grader.limits import Limits
 from grader.runtimes.torchdist import replies
 from grader.runtimes.torchdist.launcher import FAILURE_GRACE_S, STACK_WAIT_S, GroupStartError
 from grader.runtimes.torchdist.portable import SPAWN_S, Worker, WorkerPool
-from grader.runtimes.torchdist.runs import CappedOutput, CaseRun, RankReport, clean
+from grader.runtimes.torchdist.runs import CappedOutput, CaseRun, GroupLifecycle, RankReport, case_frames, clean
 from grader.sandbox import wire
 from grader.sandbox.status import StatusSlot
 
 DEADLOCK_POLL_S = 0.25
 
 
-class PortableGroup:
+class PortableGroup(GroupLifecycle):
     """A group of spawned ranks: ``launcher.RankGroup``'s interface, without the Linux sandbox."""
 
     def __init__(self, world_size: int, limits: Limits, pool: WorkerPool) -> None:
@@ -88,16 +88,8 @@ class PortableGroup:
         self.alive = False
         shutil.rmtree(self._dir, ignore_errors=True)
 
-    def __enter__(self) -> PortableGroup:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def run_case(self, header: dict[str, Any], inputs: list[dict[str, torch.Tensor]], timeout_s: float) -> CaseRun:
-        header = {"op": "case", **header, "t0": time.monotonic()}
-        frames = [wire.encode(header, inputs[r]) for r in range(self.world_size)]
+        frames = case_frames(header, inputs, self.world_size)
         self.pool.used(self)
         run = self._exchange(frames, timeout_s, expect="case")
         if not clean(run):

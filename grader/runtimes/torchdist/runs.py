@@ -3,12 +3,17 @@ may run another case: shared by every launcher of the torch.distributed runtime 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import torch
 
 from grader.runtimes.torchdist.replies import Claims
 from grader.runtimes.torchdist.traffic import Traffic
+from grader.sandbox import wire
+
+G = TypeVar("G", bound="GroupLifecycle")
 
 
 @dataclass
@@ -91,6 +96,31 @@ def clean(run: CaseRun) -> bool:
         for peer, count in rep.claims.recv_from.items():
             received[(peer, rep.rank)] = count
     return sent == received and (run.traffic is None or explains(run.ranks, run.traffic))
+
+
+class GroupLifecycle:
+    """What a rank group of either runtime (``launcher.RankGroup``, ``portable_group.PortableGroup``)
+    promises a ``with`` block: started on entry, closed on the way out, whatever happened inside."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: G) -> G:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def case_frames(header: dict[str, Any], inputs: list[dict[str, torch.Tensor]], world_size: int) -> list[bytes]:
+    """Each rank's frame of one case: the session's header, stamped with when it was sent (the ranks'
+    records count time from it), and that rank's inputs."""
+    stamped = {"op": "case", **header, "t0": time.monotonic()}
+    return [wire.encode(stamped, inputs[r]) for r in range(world_size)]
 
 
 class CappedOutput:
