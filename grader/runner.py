@@ -252,22 +252,24 @@ def _merge(
     out: Path,
     pack: AssignmentPack,
 ) -> None:
-    """One JUnit file with each case once: real results first, then synthesized crashes."""
+    """One JUnit file with each case once: real results first, then synthesized crashes.  Cases are
+    appended and counted once at the end (``add_testcase`` recounts the whole suite on every call)."""
     suite = TestSuite("grader.matrix")
+    wanted = set(everything)
     seen: set[str] = set()
     for path in rounds:
         for case in _cases(JUnitXml.fromfile(str(path))):
-            if case.name in everything and case.name not in seen:
+            if case.name in wanted and case.name not in seen:
                 seen.add(case.name)
-                suite.add_testcase(case)
+                suite.append(case)
     for name, message, verdict in synthetic:
         if name not in seen:
             seen.add(name)
-            suite.add_testcase(synthesized_case(name, verdict, message, pack))
+            suite.append(synthesized_case(name, verdict, message, pack))
     for name in everything:
         if name not in seen:
             message = "not run: the grading session ended early"
-            suite.add_testcase(synthesized_case(name, Verdict.ERROR, message, pack))
+            suite.append(synthesized_case(name, Verdict.ERROR, message, pack))
     suite.update_statistics()
     xml = JUnitXml()
     xml.add_testsuite(suite)
