@@ -20,7 +20,7 @@ import functools
 import hashlib
 import importlib
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -92,6 +92,11 @@ class Case:
     def processes(self) -> int:
         """How many rank processes run this case (``params["processes"]``, else one per rank)."""
         return int(self.params.get("processes", self.world_size))
+
+    def rank_groups(self, handoffs: Collection[str]) -> list[tuple[bool, int]]:
+        """The rank groups this case runs in, as (fresh, processes): a group of its size, and for a kind
+        that hands off (``AssignmentPack.handoffs``) a second one of fresh ranks of that size."""
+        return [(False, self.processes)] + ([(True, self.processes)] if self.kind in handoffs else [])
 
     def seed(self, salt: str) -> int:
         """The 32-bit seed of this case's inputs under a grading's salt: the same case and salt always

@@ -269,8 +269,7 @@ class MatrixSession:
             case = cases.get(name)
             if case is None or self._precheck(self.pack.module_of[case.kind]) is not None:
                 continue
-            keys = [(False, case.processes)] + ([(True, case.processes)] if case.kind in self.pack.handoffs else [])
-            for key in keys:
+            for key in case.rank_groups(self.pack.handoffs):
                 if key not in self.launched:
                     self.launched[key] = self._new_group(key[1])
                     self.launched[key].launch()

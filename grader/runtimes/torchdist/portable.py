@@ -296,5 +296,5 @@ def pool_capacity(cases: Iterable[Case], skip: Collection[str], handoffs: Collec
     running = [case for case in cases if case.name not in skip]
     if method != "forkserver":
         return max((case.processes for case in running), default=1)
-    groups = {(case.kind in handoffs and fresh, case.processes) for case in running for fresh in (False, True)}
+    groups = {key for case in running for key in case.rank_groups(handoffs)}
     return max(sum(size for _, size in groups), 1)
