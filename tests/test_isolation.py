@@ -415,6 +415,36 @@ def test_without_root_an_unprivileged_user_namespace_hides_the_host(open_world: 
 
 
 @pytest.mark.skipif(not ROOT, reason="a network namespace others can join needs root")
+def test_making_a_groups_namespace_leaves_the_session_in_its_own() -> None:
+    """As root the session's own thread makes the namespace (no helper process) and comes back."""
+    from grader.sandbox import netns
+
+    home = os.readlink("/proc/thread-self/ns/net")
+    network = netns.loopback_namespace()
+    try:
+        assert os.readlink("/proc/thread-self/ns/net") == home
+        assert os.readlink(f"/proc/self/fd/{network.netns}") != home
+    finally:
+        network.close()
+
+
+def test_a_rank_lists_its_established_tcp_connections_and_no_other_socket() -> None:
+    """What the ready frame says of the rank's sockets: [local port, remote port] of each connected
+    TCP socket, read from the sockets themselves; a listener, a UDP socket and a Unix pair are left out."""
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    accepted, _ = server.accept()
+    others = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM), *socket.socketpair()]
+    try:
+        here, there = client.getsockname()[1], server.getsockname()[1]
+        assert isolation.tcp_connections() == sorted([[here, there], [there, here]])
+        assert client.getpeername() == accepted.getsockname()  # each descriptor is left open, as it was
+    finally:
+        for sock in (server, client, accepted, *others):
+            sock.close()
+
+
+@pytest.mark.skipif(not ROOT, reason="a network namespace others can join needs root")
 def test_a_group_in_a_loopback_namespace_reaches_its_peers_and_nothing_else(world: Path) -> None:
     from grader.sandbox import netns
 

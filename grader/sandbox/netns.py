@@ -1,15 +1,18 @@
 """Session side: a network namespace for one rank group, with only ``lo``, and a capture of it.
 
-A short-lived helper process (forked from the session, never running student code) makes the
-namespace, brings ``lo`` up, opens a packet socket on it and hands the session two descriptors
-over a socketpair: the namespace itself (for the group's leader to ``setns`` into) and the packet
-socket (``grader.runtimes.torchdist.traffic``).  The descriptors keep the namespace alive; the helper exits.
+The session ends up with two descriptors: the namespace itself (for the group's leader to
+``setns`` into) and a packet socket on its ``lo`` (``grader.runtimes.torchdist.traffic``).  The
+descriptors keep the namespace alive.
 
-As root that is all (namespaces and packet sockets need CAP_SYS_ADMIN, CAP_NET_ADMIN and
-CAP_NET_RAW).  Rootless, the helper first makes a user namespace in which its uid is root (a
-one-uid map: ``0 <uid> 1``), which gives it those capabilities over the network namespace it then
-makes, and hands over a third descriptor, the user namespace, which the group's leader joins first
-(``isolation.join_user_namespace``) to be allowed into the network namespace and to make the PID one.
+As root (namespaces and packet sockets need CAP_SYS_ADMIN, CAP_NET_ADMIN and CAP_NET_RAW) the
+session's own thread makes the namespace, brings ``lo`` up, opens the socket and returns to its own
+namespace: no process is forked, which from a session that imported torch cost 20-30 ms a group
+(issue 23).  Rootless, a short-lived helper process (forked from the session, never running student
+code) does it, since a user namespace cannot be left again: it first makes a user namespace in which
+its uid is root (a one-uid map: ``0 <uid> 1``), which gives it those capabilities over the network
+namespace it then makes, and hands over the two descriptors and a third, the user namespace, which
+the group's leader joins first (``isolation.join_user_namespace``) to be allowed into the network
+namespace and to make the PID one.
 """
 
 from __future__ import annotations
@@ -44,47 +47,79 @@ def loopback_namespace(rootless: bool = False) -> GroupNetwork:
     """A new network namespace where only ``lo`` is up, and a packet socket on it; ``rootless``: inside
     a new user namespace of its own.
 
-    Raises OSError (with the helper's reason) when namespaces or packet sockets are not permitted.
+    Raises OSError (with the reason) when namespaces or packet sockets are not permitted.
     """
-    wanted = 3 if rootless else 2
+    return _made_by_helper() if rootless else _made_here()
+
+
+def _made_here() -> GroupNetwork:
+    """Root: this thread enters a new network namespace, sets it up and comes back (a network
+    namespace is per thread; the rest of the process never leaves its own)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    capture: socket.socket | None = None
+    try:
+        _unshare(libc, CLONE_NEWNET, "unshare(CLONE_NEWNET)")
+        try:
+            _bring_up_lo()
+            capture = Capture.open_in_current_namespace()
+            return GroupNetwork(os.open("/proc/thread-self/ns/net", os.O_RDONLY), capture)
+        finally:
+            if libc.setns(home, CLONE_NEWNET) != 0:  # never go on in the group's namespace
+                raise RuntimeError(f"could not return to the session's network namespace: {_errno()}")
+    except OSError as exc:
+        if capture is not None:
+            capture.close()
+        raise OSError(f"no network namespace: {exc}") from exc
+    finally:
+        os.close(home)
+
+
+def _made_by_helper() -> GroupNetwork:
+    """Rootless: a forked helper makes the user namespace and the network one, and sends them and the
+    packet socket back."""
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:  # the helper: a few system calls, then _exit
         parent.close()
         try:
             libc = ctypes.CDLL(None, use_errno=True)
-            if rootless:
-                _own_user_namespace(libc)
-            if libc.unshare(CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET): " + os.strerror(ctypes.get_errno()))
+            _own_user_namespace(libc)
+            _unshare(libc, CLONE_NEWNET, "unshare(CLONE_NEWNET)")
             _bring_up_lo()
             capture = Capture.open_in_current_namespace()
-            fds = [os.open("/proc/self/ns/net", os.O_RDONLY), capture.fileno()]
-            if rootless:
-                fds.append(os.open("/proc/self/ns/user", os.O_RDONLY))
-            socket.send_fds(child, [b"ok"], fds)
+            fds = [os.open(f"/proc/self/ns/{ns}", os.O_RDONLY) for ns in ("net", "user")]
+            socket.send_fds(child, [b"ok"], [fds[0], capture.fileno(), fds[1]])
         except BaseException as exc:
             child.send(f"no network namespace: {exc}".encode()[:500])
             os._exit(1)
         os._exit(0)
     child.close()
     try:
-        message, fds, _, _ = socket.recv_fds(parent, 1024, wanted)
+        message, fds, _, _ = socket.recv_fds(parent, 1024, 3)
     finally:
         parent.close()
         os.waitpid(pid, 0)
-    if message != b"ok" or len(fds) != wanted:
+    if message != b"ok" or len(fds) != 3:
         for fd in fds:
             os.close(fd)
         raise OSError(message.decode(errors="replace") or "no network namespace: the helper died")
-    return GroupNetwork(fds[0], socket.socket(fileno=fds[1]), fds[2] if rootless else None)
+    return GroupNetwork(fds[0], socket.socket(fileno=fds[1]), fds[2])
+
+
+def _unshare(libc: ctypes.CDLL, flag: int, what: str) -> None:
+    if libc.unshare(flag) != 0:
+        raise OSError(ctypes.get_errno(), f"{what}: {_errno()}")
+
+
+def _errno() -> str:
+    return os.strerror(ctypes.get_errno())
 
 
 def _own_user_namespace(libc: ctypes.CDLL) -> None:
     """The helper becomes root of a new user namespace that maps only its own uid and gid."""
     uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(CLONE_NEWUSER) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER): " + os.strerror(ctypes.get_errno()))
+    _unshare(libc, CLONE_NEWUSER, "unshare(CLONE_NEWUSER)")
     with open("/proc/self/setgroups", "w") as f:
         f.write("deny")
     with open("/proc/self/uid_map", "w") as f:

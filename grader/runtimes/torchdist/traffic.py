@@ -259,12 +259,18 @@ class Capture:
         self.shape: Shape | None = None  # of the group's packets, from its connection set-up
         self._mapped = False  # past the set-up: every packet is held to the group's shape
         self._buf = bytearray(MAX_PACKET)
+        #: the kernel gave the socket the buffer asked for (root): it holds milliseconds of a busy
+        #: group's packets, so they can wait to be read (``launcher.CAPTURE_EVERY_S``); a rootless
+        #: capture is capped at net.core.rmem_max and is read as soon as a packet comes
+        self.holds_bursts = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) >= RCVBUF
 
     @classmethod
     def open_in_current_namespace(cls) -> socket.socket:
         """A packet socket on this network namespace's ``lo`` (root, or CAP_NET_RAW there)."""
-        sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_ALL))
-        sock.bind(("lo", 0))
+        # Made with no protocol and given one by bind: rebinding a socket that already listens makes
+        # the kernel wait for an RCU grace period (``synchronize_net``), 7-15 ms here (issue 23).
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, 0)
+        sock.bind(("lo", ETH_P_ALL))
         try:  # each packet once: on lo every packet is both sent and received
             sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
         except OSError:
