@@ -56,6 +56,11 @@ from grader.sandbox.status import StatusSlot
 STACK_WAIT_S = 1.0  # a spinning rank on a loaded machine can take a while to be scheduled and dump
 FAILURE_GRACE_S = 0.3
 DEATH_WAIT_S = 1.0  # for init's word on how a rank whose pipe closed ended
+#: a capture whose buffer holds bursts wakes the session at most this often: one wake-up per packet
+#: kept the session on a core the ranks needed (A9's 8-rank cases: 27 ms each, 20 ms with this; issue 23)
+CAPTURE_EVERY_S = 0.002
+SELECT_S = 0.02
+DEADLOCK_SAMPLE_S = 0.02  # how often /proc is read while every unfinished rank says it is blocked
 SETTLE_S = 0.2  # for data still crossing after every rank replied (an isend nobody waited for)
 MAX_REPORT_LINE = 256
 RMTREE_TRIES = 5
@@ -341,7 +346,7 @@ class RankGroup(GroupLifecycle):
         """Send each rank its frame and collect one reply per rank, or stop the case."""
         t0 = time.monotonic()
         n = self.world_size
-        started = [procfs.activity(rk.pid)[0] for rk in self._ranks]  # CPU ticks, to tell spinning from waiting
+        started = [procfs.ticks(rk.pid) for rk in self._ranks]  # to tell spinning from waiting
         pending = [memoryview(f) for f in frames]
         readers = [wire.FrameReader(self.limits.max_result_mb << 20) for _ in range(n)]
         reports: list[RankReport | None] = [None] * n
@@ -350,15 +355,24 @@ class RankGroup(GroupLifecycle):
         window: _Window | None = None  # since when every unfinished rank has been blocked
         hang = ""
         failed_at: float | None = None
+        capture = self._capture
+        capture_due = 0.0  # before then the capture's packets wait in its buffer
         while any(rep is None for rep in reports):
             rlist = [rk.output for rk in self._ranks] + [self._report]
             rlist += [rk.result for r, rk in enumerate(self._ranks) if reports[r] is None]
-            if self._capture is not None:
-                rlist.append(self._capture.fileno())
+            wait = SELECT_S
+            if capture is not None:
+                due = capture_due - time.monotonic()
+                if due > 0:
+                    wait = due
+                else:
+                    rlist.append(capture.fileno())
             wlist = [self._ranks[r].control for r in range(n) if len(pending[r])]
-            readable, writable, _ = select.select(rlist, wlist, [], 0.02)
-            if self._capture is not None and self._capture.fileno() in readable:
-                self._capture.drain()
+            readable, writable, _ = select.select(rlist, wlist, [], wait)
+            if capture is not None and capture.fileno() in readable:
+                capture.drain()
+                if capture.holds_bursts:
+                    capture_due = time.monotonic() + CAPTURE_EVERY_S
             if self._report in readable:
                 self._read_report()
             for r, rk in enumerate(self._ranks):
@@ -396,14 +410,13 @@ class RankGroup(GroupLifecycle):
             if expect == "case" and waiting and all(slots[r][0] == StatusSlot.BLOCKED for r in waiting):
                 # Blocked by their own account.  Still not a deadlock while they use real CPU time, or
                 # while a thread mostly waits for a CPU (a starved Gloo thread with data in its socket).
-                activity = [procfs.activity(self._ranks[r].pid) for r in waiting]
                 if window is None or window.slots != slots:
-                    window = _Window(slots, now, sum(t for t, _ in activity))
-                window.samples += 1
-                window.runnable += any(runnable for _, runnable in activity)
-                if window.deadlocked(now, sum(t for t, _ in activity), self.limits.deadlock_after_s):
-                    hang = "deadlock"
-                    break
+                    window = _Window(slots, now + DEADLOCK_SAMPLE_S)
+                if now >= window.next_sample:
+                    window.sample(now, [procfs.activity(self._ranks[r].pid) for r in waiting])
+                    if window.deadlocked(now, self.limits.deadlock_after_s):
+                        hang = "deadlock"
+                        break
             else:
                 window = None
             if now - t0 > timeout_s:
@@ -411,7 +424,7 @@ class RankGroup(GroupLifecycle):
                 break
         unfinished = [r for r in range(n) if reports[r] is None]
         elapsed = time.monotonic() - t0
-        cpu = {r: procfs.cpu_percent(started[r], procfs.activity(self._ranks[r].pid)[0], elapsed) for r in unfinished}
+        cpu = {r: procfs.cpu_percent(started[r], procfs.ticks(self._ranks[r].pid), elapsed) for r in unfinished}
         stacks = self._stacks(unfinished) if unfinished else {}
         final: list[RankReport] = []
         for r in range(n):
@@ -516,15 +529,29 @@ def _drain(fd: int) -> bytes:
 
 @dataclass
 class _Window:
-    """A stretch of time in which every unfinished rank reports itself blocked, unchanged."""
+    """A stretch of time in which every unfinished rank reports itself blocked, unchanged.  /proc is
+    read every ``DEADLOCK_SAMPLE_S`` only, from the first sample on: the ranks of a healthy case block
+    and unblock many times a case, and reading every thread's state on each change cost A9's session
+    0.7 s (issue 23); a deadlock is seen at most one sample later."""
 
     slots: list[tuple[int, int, str]]
-    start: float
-    ticks: int  # CPU ticks of the blocked ranks at the start
+    next_sample: float
+    start: float = 0.0  # the first sample's time; the window is judged from there
+    ticks: int = 0  # CPU ticks of the blocked ranks at the first sample
+    last_ticks: int = 0  # and at the latest
     samples: int = 0
     runnable: int = 0  # samples in which some thread was waiting for a CPU
 
-    def deadlocked(self, now: float, ticks: int, after_s: float) -> bool:
+    def sample(self, now: float, activity: list[tuple[int, bool]]) -> None:
+        ticks = sum(t for t, _ in activity)
+        if not self.samples:
+            self.start, self.ticks = now, ticks
+        self.samples += 1
+        self.runnable += any(runnable for _, runnable in activity)
+        self.next_sample = now + DEADLOCK_SAMPLE_S
+        self.last_ticks = ticks
+
+    def deadlocked(self, now: float, after_s: float) -> bool:
         elapsed = now - self.start
-        cpu_s = (ticks - self.ticks) / procfs.CLK_TCK
+        cpu_s = (self.last_ticks - self.ticks) / procfs.CLK_TCK
         return elapsed > after_s and cpu_s < 0.1 * elapsed and self.runnable * 2 < self.samples

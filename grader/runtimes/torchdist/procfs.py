@@ -11,19 +11,29 @@ CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # Windows
 
 def activity(pid: int) -> tuple[int, bool]:
     """(CPU ticks used, some thread runnable) of a process, from /proc; (-1, False) once it is gone."""
-    if not pid:
+    used = ticks(pid)
+    if used < 0:
         return -1, False
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        ticks = int(fields[11]) + int(fields[12])  # utime + stime, every thread included
         runnable = False
         for tid in os.listdir(f"/proc/{pid}/task"):
             with open(f"/proc/{pid}/task/{tid}/stat") as f:
                 runnable |= f.read().rsplit(")", 1)[1].split()[0] == "R"
-        return ticks, runnable
-    except (OSError, IndexError, ValueError):
+        return used, runnable
+    except (OSError, IndexError):
         return -1, False
+
+
+def ticks(pid: int) -> int:
+    """CPU ticks a process used, every thread included (one read); -1 once it is gone."""
+    if not pid:
+        return -1
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+    except (OSError, IndexError, ValueError):
+        return -1
 
 
 def threads(pid: int) -> int:
