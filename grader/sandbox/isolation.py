@@ -579,28 +579,40 @@ def join_network_namespace(fd: int) -> None:
 
 def tcp_connections() -> list[list[int]]:
     """[local port, remote port] of this process's established TCP sockets (Gloo's, right after
-    ``init_process_group``): the session maps the group's traffic to ranks with them."""
-    mine = set()
+    ``init_process_group``): the session maps the group's traffic to ranks with them.
+
+    Asked of each socket descriptor (``TCP_INFO``), not read from ``/proc/self/net/tcp``: that file
+    walks the kernel's whole table of connections, every namespace's, which cost each rank about 7 ms
+    of CPU (0.3 s of an A9 grading, issue 23)."""
+    found = []
+    for fd in _socket_fds():
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError:
+            continue
+        try:
+            tcp = sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM
+            if tcp and sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] == TCP_ESTABLISHED:
+                found.append([sock.getsockname()[1], sock.getpeername()[1]])
+        except OSError:
+            pass
+        finally:
+            sock.detach()  # the descriptor stays Gloo's
+    return sorted(found)
+
+
+TCP_ESTABLISHED = 1  # tcp_info.tcpi_state (include/net/tcp_states.h)
+
+
+def _socket_fds() -> list[int]:
+    fds = []
     for fd in os.listdir("/proc/self/fd"):
         try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:["):
+                fds.append(int(fd))
         except OSError:
             continue
-        if target.startswith("socket:["):
-            mine.add(target[8:-1])
-    found = []
-    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
-        try:
-            with open(table) as f:
-                lines = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 9 and fields[3] == "01" and fields[9] in mine:  # 01: ESTABLISHED
-                local, remote = (int(addr.rsplit(":", 1)[1], 16) for addr in fields[1:3])
-                found.append([local, remote])
-    return sorted(found)
+    return fds
 
 
 # --- what a group's init leaves behind (without a PID namespace) ------------------------------------
