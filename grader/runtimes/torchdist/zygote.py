@@ -28,6 +28,7 @@ the ranks' pipes are, never what a case expects.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import os
@@ -92,6 +93,10 @@ def _preload(bodies: str) -> None:
 
     audit.preload(bodies)
     rank.preload()
+    # Every object so far lives as long as the zygote: frozen, no rank's collection walks them and
+    # copies the pages they are on (A9: 2.5% fewer page faults in its ranks, about 170 a rank).
+    gc.collect()
+    gc.freeze()
 
 
 def serve(sock: socket.socket, bodies: str) -> None:
