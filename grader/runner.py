@@ -30,6 +30,8 @@ from grader.matrix import timeline
 from grader.matrix.plugin import CONFIG_ENV, PARENT_ENV, STARTED, MatrixConfig
 from grader.pack import AssignmentPack, load_pack
 from grader.results import Verdict
+from grader.runtimes.torchdist import portable
+from grader.runtimes.torchdist.zygote import scrubbed_environment
 from grader.salt import SALT_ENV
 
 MAX_ROUNDS = 4
@@ -88,6 +90,7 @@ def run_matrix(
     log = ""
     phases: dict[str, float] = {}
     everything = _case_names(assignment, only)
+    hosted = not portable.decide(runtime).portable  # the sandbox's zygote is forked by the session's host
     for round_no in range(1, MAX_ROUNDS + 1):
         junit = workdir / f"junit-round{round_no}.xml"
         config = MatrixConfig(
@@ -108,7 +111,7 @@ def run_matrix(
             launched=time.monotonic(),
         )
         remaining = total_timeout_s - (time.monotonic() - t0)
-        code, log = _session(config, assignment.test_file, workdir, junit, remaining)
+        code, log = _session(config, assignment, workdir, junit, remaining, hosted)
         for stage, seconds in timeline.read(Path(config.timeline), time.monotonic(), config.launched).items():
             phases[stage] = phases.get(stage, 0.0) + seconds
         if junit.exists():
@@ -148,24 +151,25 @@ def _case_names(pack: AssignmentPack, only: list[str] | None) -> list[str]:
     return [n for n in names if n in set(only)] if only else names
 
 
-def _session(config: MatrixConfig, test_file: Path, workdir: Path, junit: Path, timeout_s: float) -> tuple[int, str]:
+def _session(
+    config: MatrixConfig, pack: AssignmentPack, workdir: Path, junit: Path, timeout_s: float, hosted: bool
+) -> tuple[int, str]:
+    """Run one session; ``hosted``: in ``grader.matrix.host``, which forks the zygote first (wherever the
+    Linux sandbox is built), else as ``python -m pytest`` (the portable runtime, which has no zygote)."""
     home = workdir / "session"
     home.mkdir(exist_ok=True)
     ini = home / "pytest.ini"
     ini.write_text("[pytest]\n")
     cfg = workdir / "matrix-config.json"
     cfg.write_text(json.dumps(asdict(config)))
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(test_file),
+    args = [
+        str(pack.test_file),
         "-c",
         str(ini),
         "--rootdir",
         str(home),
         "--confcutdir",
-        str(test_file.parent),
+        str(pack.test_file.parent),
         "--import-mode=importlib",
         "-p",
         "no:cacheprovider",
@@ -195,7 +199,12 @@ def _session(config: MatrixConfig, test_file: Path, workdir: Path, junit: Path, 
     }
     log_path = workdir / "session.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        if hosted:
+            proc = _hosted(args, env, home, pack, log)
+        else:
+            cmd = [sys.executable, "-m", "pytest", *args]
+            stderr = subprocess.STDOUT
+            proc = subprocess.Popen(cmd, cwd=home, env=env, stdout=log, stderr=stderr, start_new_session=True)
         try:
             code = proc.wait(timeout=max(timeout_s, 1.0))
         except subprocess.TimeoutExpired:
@@ -204,6 +213,32 @@ def _session(config: MatrixConfig, test_file: Path, workdir: Path, junit: Path, 
             _stop(proc)
             raise
     return code, log_path.read_text(errors="replace")[-20000:]
+
+
+def _hosted(
+    args: list[str], env: dict[str, str], home: Path, pack: AssignmentPack, log: Any
+) -> subprocess.Popen[bytes]:
+    """Start ``grader.matrix.host`` in the zygote's scrubbed environment and, once it runs, tell it the
+    session's arguments, environment and directory on a pipe (it forks the zygote before it reads them)."""
+    control, request = os.pipe()
+    cmd = [sys.executable, "-I", "-m", "grader.matrix.host", "--runner", str(os.getpid()), "--control", str(control)]
+    cmd += ["--bodies", pack.bodies, *(f"--path={path}" for path in pack.search_path)]
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            cwd="/",
+            env=scrubbed_environment(),
+            pass_fds=[control],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    finally:
+        os.close(control)
+    with contextlib.suppress(BrokenPipeError), os.fdopen(request, "wb") as pipe:  # a host that died says so by its exit
+        pipe.write(json.dumps({"argv": args, "env": env, "cwd": str(home)}).encode())
+    return proc
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> int:

@@ -234,7 +234,7 @@ class BrokenZygote:
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
 
-    def spawn(self, request: Any, fds: list[int]) -> int:
+    def ask(self, request: Any, fds: list[int]) -> int:
         raise self.exc
 
 

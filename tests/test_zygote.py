@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -12,9 +14,11 @@ import pytest
 
 from grader.pack import load_pack
 from grader.runtimes.torchdist.session import Zygote
+from grader.runtimes.torchdist.zygote import scrubbed_environment
 from grader.salt import SALT_ENV
 
 BODIES = load_pack("a9").bodies
+REPO = Path(__file__).resolve().parents[1]
 
 #: The only grader modules a rank process may hold: the rank runtime and the pack's rank-side bodies.
 RANK_RUNTIME = {
@@ -41,33 +45,103 @@ RANK_RUNTIME = {
 }
 
 
-def test_zygote_holds_only_the_rank_runtime() -> None:
-    """No catalog, expected values, reference model, rubric or results model in a zygote's memory."""
+#: What a grading's zygote holds beyond that: the session's host, which forked it (``grader.matrix.host``).
+HOST = {"grader.matrix", "grader.matrix.host"}
+
+
+@pytest.mark.parametrize("host", [False, True], ids=["started on its own", "forked by the session's host"])
+def test_zygote_holds_only_the_rank_runtime(host: bool) -> None:
+    """No catalog, expected values, reference model, rubric or results model in a zygote's memory:
+    what it imports, and (forked by the session's host) what the host imported before the fork."""
     code = (
         "import json, sys\n"
-        "from grader.runtimes.torchdist import zygote\n"
-        f"zygote._preload({BODIES!r})\n"
+        + ("import grader.matrix.host\n" if host else "")
+        + "from grader.runtimes.torchdist import zygote\n"
+        f"zygote.preload({BODIES!r})\n"
         "print(json.dumps(sorted(m for m in sys.modules if m == 'grader' or m.startswith('grader.'))))\n"
     )
     done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True, cwd="/")
     loaded = set(json.loads(done.stdout))
-    assert loaded == RANK_RUNTIME
+    assert loaded == RANK_RUNTIME | (HOST if host else set())
     assert "grader.packs.a9.expected" not in loaded and "grader.packs.a9.catalog" not in loaded
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux sandbox's zygote")
+def test_a_gradings_zygote_never_held_the_salt_and_dies_with_its_session(tmp_path: Path) -> None:
+    """The zygote a grading's session host forks: its environment is the scrubbed one, nowhere in its
+    memory is the instructor's salt (the host learns it only after the fork), and it ends with the
+    session."""
+    secret = f"salt-{os.urandom(8).hex()}"
+    env = {**os.environ, SALT_ENV: secret}
+    cmd = [sys.executable, "-m", "grader", "grade", str(REPO / "reference" / "a9"), "--out", str(tmp_path)]
+    grading = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        session, zygote_pid = _hosted_zygote(time.monotonic() + 60)
+        environ = Path(f"/proc/{zygote_pid}/environ").read_bytes().split(b"\0")
+        assert {entry.split(b"=", 1)[0].decode() for entry in environ if entry} <= set(scrubbed_environment())
+        assert not _memory_holds(zygote_pid, secret.encode())
+        assert _memory_holds(session, secret.encode())  # the session does: the scan would have found it
+        os.kill(session, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while alive(zygote_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(zygote_pid), "the zygote outlived its session"
+    finally:
+        grading.kill()
+        grading.wait()
+
+
+def _hosted_zygote(deadline: float) -> tuple[int, int]:
+    """(session, zygote): the two processes of ``grader.matrix.host``, the one the other's child."""
+    while time.monotonic() < deadline:
+        hosts = {}
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and b"grader.matrix.host" in (entry / "cmdline").read_bytes():
+                    hosts[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+        for pid, ppid in hosts.items():
+            if ppid in hosts and _memory_holds(ppid, b"matrix-config.json"):  # the session read its config
+                return ppid, pid
+        time.sleep(0.05)
+    raise AssertionError("no session host forked a zygote in time")
+
+
+def _memory_holds(pid: int, needle: bytes) -> bool:
+    """Whether ``needle`` is anywhere in the readable memory of process ``pid`` (root reads it all)."""
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+        for line in maps:
+            span, perms, *_ = line.split()
+            if not perms.startswith("r") or line.rstrip().endswith(("[vvar]", "[vsyscall]", "[vvar_vclock]")):
+                continue
+            start, end = (int(x, 16) for x in span.split("-"))
+            tail = b""
+            for offset in range(start, end, 1 << 22):
+                try:
+                    mem.seek(offset)
+                    chunk = tail + mem.read(min(1 << 22, end - offset))
+                except OSError:
+                    break
+                if needle in chunk:
+                    return True
+                tail = chunk[-len(needle) :]
+    return False
 
 
 @pytest.fixture
 def zygote(monkeypatch: pytest.MonkeyPatch) -> Zygote:
     monkeypatch.setenv(SALT_ENV, "the instructor's secret")
-    z = Zygote(BODIES)
+    z = Zygote.start(BODIES)
     yield z
     z.close()
 
 
 def test_zygote_starts_with_a_scrubbed_environment(zygote: Zygote) -> None:
-    environ = Path(f"/proc/{zygote.proc.pid}/environ").read_bytes().split(b"\0")
+    environ = Path(f"/proc/{zygote.pid}/environ").read_bytes().split(b"\0")
     names = {entry.split(b"=", 1)[0].decode() for entry in environ if entry}
     assert names <= {"PATH", "LANG", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME"}
-    assert b"secret" not in Path(f"/proc/{zygote.proc.pid}/cmdline").read_bytes()
+    assert b"secret" not in Path(f"/proc/{zygote.pid}/cmdline").read_bytes()
 
 
 def test_zygote_dies_with_its_session() -> None:
@@ -75,7 +149,7 @@ def test_zygote_dies_with_its_session() -> None:
     code = (
         "import sys, time\n"
         "from grader.runtimes.torchdist.session import Zygote\n"
-        f"z = Zygote({BODIES!r}); z.wait_ready(); print(z.proc.pid, flush=True); time.sleep(600)\n"
+        f"z = Zygote.start({BODIES!r}); z.wait_ready(); print(z.pid, flush=True); time.sleep(600)\n"
     )
     session = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert session.stdout is not None

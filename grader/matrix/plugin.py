@@ -91,8 +91,7 @@ class MatrixSession:
                 capacity, self.sandbox, self.pack.bodies, self.pack.search_path, self.student, method
             )
         else:
-            # starts importing torch while this process does the same
-            self.zygote = Zygote(self.pack.bodies, self.pack.search_path)
+            self.zygote = Zygote.forked()  # by this process's host, before it was the session
             self.sandboxing = Sandboxing.for_this_process(self._isolation(), rootless=self.mode.name == "rootless")
         self.groups: dict[int, Any] = {}  # rank processes -> the live group of that size
         #: rank processes -> the group a Handoff's second step runs in: fresh ranks that run nothing else

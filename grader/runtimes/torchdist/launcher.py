@@ -109,6 +109,7 @@ class RankGroup(GroupLifecycle):
         os.chmod(self._dir, 0o711)  # a rank must reach the FileStore while it is still root
         self._ranks: list[_Rank] = []
         self._leader = 0
+        self._ticket: int | None = None  # the zygote's ticket for the leader, until its pid is taken
         self._report = -1
         self._report_buf = b""
         self._ended: dict[int, str] = {}  # rank -> how init saw it end
@@ -208,7 +209,7 @@ class RankGroup(GroupLifecycle):
             student=self.student,
         )
         try:
-            self._leader = self.zygote.spawn(request, theirs)
+            self._ticket = self.zygote.ask(request, theirs)
         except OSError as exc:
             self.close()
             raise GroupStartError(str(exc)) from exc
@@ -222,6 +223,7 @@ class RankGroup(GroupLifecycle):
         self.alive = True
 
     def _wait_ready(self) -> None:
+        self._take_leader()
         layers = self._layers
         run = self._exchange([b""] * self.world_size, self.limits.start_timeout_s, expect="ready")
         if any(rep.status != "ready" for rep in run.ranks):
@@ -244,8 +246,16 @@ class RankGroup(GroupLifecycle):
             self._cgroups.limit_tasks(self.world_size * self.limits.nproc)
         self.layers = layers
 
+    def _take_leader(self) -> None:
+        """The leader's pid, once the zygote has answered the group's request."""
+        if self._ticket is not None:
+            ticket, self._ticket = self._ticket, None
+            self._leader = self.zygote.leader(ticket)
+
     def close(self) -> None:
         """End the group and everything it started; remove its files and cgroups."""
+        with contextlib.suppress(OSError):  # a zygote that died took the leader with it
+            self._take_leader()
         for rk in self._ranks:
             for fd in (rk.control, rk.result, rk.output, rk.stacks):
                 with contextlib.suppress(OSError):
@@ -276,6 +286,8 @@ class RankGroup(GroupLifecycle):
         killing them all, so that they die side by side (``close`` waits)."""
         # With a PID namespace the leader's death takes init, and the kernel the rest of the
         # namespace; without one, init (the leader itself) kills its descendants on SIGTERM.
+        with contextlib.suppress(OSError):
+            self._take_leader()
         if self._leader:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self._leader, signal.SIGKILL if self.pid_namespace == "on" else signal.SIGTERM)

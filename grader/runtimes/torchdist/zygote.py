@@ -64,7 +64,16 @@ class GroupRequest:
         return cls(**json.loads(data))
 
 
+def scrubbed_environment() -> dict[str, str]:
+    """All of the environment a zygote starts with, whether as a process of its own or in the session's
+    host (``grader.matrix.host``), which forks it before it learns anything."""
+    path = os.environ.get("PATH", "/usr/bin:/bin")
+    return {"PATH": path, "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+
+
 def main() -> None:
+    """A zygote as a process of its own (``session.Zygote.start``: ``grader bench`` and tests); a
+    grading's is forked by its session's host instead (``grader.matrix.host``)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--parent", type=int, required=True)
     parser.add_argument("--socket", type=int, required=True)
@@ -75,13 +84,11 @@ def main() -> None:
 
     isolation.die_with_parent(args.parent, signal.SIGKILL)
     sys.path[:0] = args.path
-    _preload(args.bodies)
-    sock = socket.socket(fileno=args.socket)
-    sock.send(json.dumps({"ready": os.getpid()}).encode())
-    serve(sock, args.bodies)
+    preload(args.bodies)
+    serve(socket.socket(fileno=args.socket), args.bodies)
 
 
-def _preload(bodies: str) -> None:
+def preload(bodies: str) -> None:
     """Everything a rank needs, imported once here so that forked ranks share it (copy on write)."""
     import torch
     import torch.distributed
@@ -100,6 +107,8 @@ def _preload(bodies: str) -> None:
 
 
 def serve(sock: socket.socket, bodies: str) -> None:
+    """Say the zygote is ready, then fork a group's leader per request until the session hangs up."""
+    sock.send(json.dumps({"ready": os.getpid()}).encode())
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     while True:
         _reap_leaders()
