@@ -11,6 +11,7 @@ v1 or v2): that figure says how far two cores can go, whatever the wall time say
     python3 scripts/bench-grade.py                 # a9, a4, hw12, a5; 3 runs each
     python3 scripts/bench-grade.py --runs 5 a9 a5  # some of them
     python3 scripts/bench-grade.py --isolation full,portable a9   # the runtimes side by side (issue 21)
+    python3 scripts/bench-grade.py --against before=/path/to/old-checkout/.venv/bin/python a9   # before/after
 
 Measure on an idle machine: wall times move with the load, and only figures taken in one run of this
 script compare.
@@ -19,8 +20,6 @@ script compare.
 from __future__ import annotations
 
 import argparse
-import compileall
-import importlib.util
 import json
 import os
 import statistics
@@ -67,13 +66,14 @@ def _cpu_seconds(cgroup: Path) -> float:
     return int(stat["usage_usec"]) / 1e6
 
 
-def grade_once(pack: str, isolation: str, out: Path, cgroup: Path | None) -> dict[str, float]:
-    cmd = [sys.executable, "-m", "grader", "grade", str(SUBMISSIONS[pack]), "--pack", pack, "--out", str(out)]
+def grade_once(pack: str, isolation: str, python: str, out: Path, cgroup: Path | None) -> dict[str, float]:
+    cmd = [python, "-m", "grader", "grade", str(SUBMISSIONS[pack]), "--pack", pack, "--out", str(out)]
     cmd += ["--isolation", isolation]
     before = _cpu_seconds(cgroup) if cgroup else 0.0
     enter = (lambda: (cgroup / "cgroup.procs").write_text(str(os.getpid()))) if cgroup else None
     t0 = time.monotonic()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, preexec_fn=enter, cwd=REPO)
+    # from outside any checkout: `python -m grader` would import the one in its working directory
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, preexec_fn=enter, cwd=out.parent)
     wall = time.monotonic() - t0
     result = json.loads((out / "results.json").read_text())
     row = {"wall": wall, "cases": float(len(result["cases"])), "points": float(result["score"])}
@@ -83,12 +83,11 @@ def grade_once(pack: str, isolation: str, out: Path, cgroup: Path | None) -> dic
     return row
 
 
-def compile_grader() -> None:
-    """Bytecode for every module of the grader that runs, as a pip install leaves it: an editable
+def compile_grader(python: str) -> None:
+    """Bytecode for every module of the grader ``python`` runs, as a pip install leaves it: an editable
     checkout may lack it, and its first gradings would pay for compiling (not what is measured)."""
-    spec = importlib.util.find_spec("grader")
-    assert spec is not None and spec.origin is not None, "the grader is not importable here"
-    compileall.compile_dir(Path(spec.origin).parent, quiet=1)
+    code = "import compileall, grader, pathlib; compileall.compile_dir(pathlib.Path(grader.__file__).parent, quiet=1)"
+    subprocess.run([python, "-c", code], check=True, cwd="/")
 
 
 def main() -> int:
@@ -96,21 +95,35 @@ def main() -> int:
     parser.add_argument("packs", nargs="*", help=f"some of {', '.join(SUBMISSIONS)} (default: all of them)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--isolation", default="auto", help="runtimes, alternated: auto, full, portable")
+    parser.add_argument(
+        "--against",
+        action="append",
+        default=[],
+        metavar="LABEL=PYTHON",
+        help="also grade with the grader another interpreter imports (e.g. a venv of an older checkout), alternated",
+    )
     args = parser.parse_args()
     runtimes = args.isolation.split(",")
+    pythons = {"": sys.executable} | dict(spec.split("=", 1) for spec in args.against)
     args.packs = args.packs or list(SUBMISSIONS)
     if unknown := set(args.packs) - set(SUBMISSIONS):
         parser.error(f"no bundled reference for {', '.join(sorted(unknown))}")
-    compile_grader()
+    for python in pythons.values():
+        compile_grader(python)
     cgroup = _cpu_cgroup()
-    label = {(p, r): p if len(runtimes) == 1 else f"{p} {r}" for p in args.packs for r in runtimes}
+
+    def row_name(pack: str, runtime: str, who: str) -> str:
+        words = [pack, *([runtime] if len(runtimes) > 1 else []), *([f"({who or 'this'})"] if len(pythons) > 1 else [])]
+        return " ".join(words)
+
+    label = {(p, r, who): row_name(p, r, who) for p in args.packs for r in runtimes for who in pythons}
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in label.values()}
     try:
         with tempfile.TemporaryDirectory(prefix="bench-grade-") as tmp:
             for run in range(args.runs):
-                for (pack, runtime), name in label.items():  # alternated: a change of load touches each alike
-                    out = Path(tmp) / f"{pack}-{runtime}-{run}"
-                    rows[name].append(grade_once(pack, runtime, out, cgroup))
+                for (pack, runtime, who), name in label.items():  # alternated: a change of load touches each alike
+                    out = Path(tmp) / f"{pack}-{runtime}-{who}-{run}"
+                    rows[name].append(grade_once(pack, runtime, pythons[who], out, cgroup))
     finally:
         if cgroup is not None:
             cgroup.rmdir()

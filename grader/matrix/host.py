@@ -26,8 +26,6 @@ import signal
 import socket
 import sys
 
-#: ``fd:pid`` of the session's end of the zygote's socket and of the zygote (``session.Zygote.forked``)
-ZYGOTE_ENV = "GRADER_ZYGOTE"
 MAX_REQUEST = 1 << 20
 
 
@@ -39,6 +37,7 @@ def main() -> None:
     parser.add_argument("--path", action="append", default=[], help="where a pack that is not installed lives")
     args = parser.parse_args()
     from grader.runtimes.torchdist import zygote
+    from grader.runtimes.torchdist.zygote import ZYGOTE_ENV
     from grader.sandbox import isolation
 
     isolation.die_with_parent(args.runner, signal.SIGKILL)

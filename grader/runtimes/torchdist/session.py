@@ -14,9 +14,8 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from grader.matrix.host import ZYGOTE_ENV
 from grader.pack import AssignmentPack
-from grader.runtimes.torchdist.zygote import GroupRequest, scrubbed_environment
+from grader.runtimes.torchdist.zygote import ZYGOTE_ENV, GroupRequest, scrubbed_environment
 from grader.sandbox.cgroups import Cgroups
 from grader.sandbox.slots import Slot
 

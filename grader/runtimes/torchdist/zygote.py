@@ -39,6 +39,9 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_REQUEST = 1 << 16
+#: ``fd:pid`` of the session's end of the zygote's socket and of the zygote, as the session's host
+#: (``grader.matrix.host``) leaves them for the session (``session.Zygote.forked``)
+ZYGOTE_ENV = "GRADER_ZYGOTE"
 MAX_FDS = 253  # SCM_RIGHTS' limit per message
 FDS_PER_RANK = 5  # control (read end), result, output, stacks (write ends), status slot (memfd)
 
