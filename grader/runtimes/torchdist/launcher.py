@@ -1,7 +1,7 @@
 """Session side: rank groups from the zygote; feed them cases, measure them, always get them back.
 
-A :class:`RankGroup` is N ranks forked by the session's :class:`Zygote` (a fresh interpreter that
-never held a case's expected values), joined in a Gloo group through a per-group ``FileStore``
+A :class:`RankGroup` is N ranks forked by the session's :class:`Zygote` (a process that never held
+a case's expected values), joined in a Gloo group through a per-group ``FileStore``
 (no port is ever guessed).  Many cases of one world size run in the same group; after any case
 that leaves the wire in doubt (a failure, messages left in flight, traffic the ranks' own records
 do not explain) the group is torn down and the next case gets a fresh one, so no case's verdict

@@ -1,10 +1,13 @@
-"""Rank side: the zygote every rank group is forked from.  Run as ``python -I -m grader.runtimes.torchdist.zygote``.
+"""Rank side: the zygote every rank group is forked from.
 
 Why a zygote: a rank forked from the matrix session would inherit everything the session holds
-(the catalog, the expected values, the salt, the session's own frames).  The zygote is a freshly
-exec'd interpreter with a scrubbed environment that imports torch, the rank runtime
-(``grader.sandbox``) and one pack's rank-side bodies, and nothing else; forking from it keeps the
-~0.1 s group start of a torch-loaded parent without any of the session's memory.
+(the catalog, the expected values, the salt, the session's own frames).  The zygote is an
+interpreter started with a scrubbed environment that imports torch, the rank runtime
+(``grader.sandbox``) and one pack's rank-side bodies (:func:`preload`), and nothing else; forking
+from it keeps the ~0.1 s group start of a torch-loaded parent without any of the session's memory.
+A grading's zygote is forked by the session's host before the host is told anything and becomes
+the session (``grader.matrix.host``), so the two share one torch import; ``python -I -m
+grader.runtimes.torchdist.zygote`` starts one of its own (``grader bench``, tests).
 
 The process tree of one group, all of it below the zygote::
 
