@@ -186,7 +186,7 @@ class GroupCgroups:
     def oom_kills(self, rank: int) -> int:
         events = "memory.events" if self.version == 2 else "memory.oom_control"
         try:
-            for line in (self.ranks[rank] / events).read_text().splitlines():
+            for line in _read_counters(f"{self.ranks[rank]}/{events}").splitlines():
                 key, _, value = line.partition(" ")
                 if key == "oom_kill":
                     return int(value)
@@ -199,11 +199,10 @@ class GroupCgroups:
         ``memory.failcnt``): pressure a rank that fills its memory slowly records before any OOM kill."""
         try:
             if self.version == 2:
-                events = dict(
-                    line.split(" ", 1) for line in (self.ranks[rank] / "memory.events").read_text().splitlines()
-                )
+                lines = _read_counters(f"{self.ranks[rank]}/memory.events").splitlines()
+                events = dict(line.split(" ", 1) for line in lines)
                 return int(events.get("max", 0)) + int(events.get("oom", 0))
-            return int((self.ranks[rank] / "memory.failcnt").read_text())
+            return int(_read_counters(f"{self.ranks[rank]}/memory.failcnt"))
         except (OSError, ValueError):
             return 0
 
@@ -236,6 +235,15 @@ class GroupCgroups:
         _remove_tree(self.memory)
         if self.pids != self.memory:
             _remove_tree(self.pids)
+
+
+def _read_counters(path: str) -> str:
+    """A small counter file, read with two system calls: the session reads four per rank per case."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 1 << 12).decode()
+    finally:
+        os.close(fd)
 
 
 def _write(path: Path, value: str) -> None:
