@@ -92,7 +92,8 @@ def test_a_rank_holds_no_session_module_and_no_answer_of_the_grader() -> None:
     code = (
         "import gc, json, sys\n"
         "from grader.runtimes.torchdist import zygote\n"
-        "zygote._preload('grader.packs.a5.bodies')\n"
+        "zygote.preload('grader.packs.a5.bodies')\n"
+        "gc.unfreeze()\n"  # the zygote froze its objects, which hides them from gc.get_objects: see every one
         "def texts(o):\n"  # the strings a container or an object's attributes hold
         "    try:\n"
         "        o = o if isinstance(o, (dict, list, tuple, set)) else object.__getattribute__(o, '__dict__')\n"
