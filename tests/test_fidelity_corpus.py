@@ -29,5 +29,7 @@ def test_fidelity_entry(name: str, tmp_path: Path, full_grades: FullGrades) -> N
     result = full_grades.get(name, tmp_path)
     items = {item.id: item.score for item in result.items()}
     differ = {k: (want, items.get(k)) for k, want in expected["items"].items() if abs(items.get(k, -1) - want) > 0.005}
-    assert differ == {}, f"{name}: (expected, got) {differ}\n{expected['why']}"
+    failing = [f"{c.id}: {c.verdict.value}: {c.message[:300]}" for c in result.cases if c.verdict.value != "pass"]
+    why = "\n".join([expected["why"], "cases not passed:", *failing[:30]])  # a mismatch says which case and why
+    assert differ == {}, f"{name}: (expected, got) {differ}\n{why}"
     assert set(items) == set(expected["items"])
