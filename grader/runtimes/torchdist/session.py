@@ -80,6 +80,7 @@ class Zygote:
         self._sock = sock
         self.pid = pid
         self._proc = proc  # when started as a process of its own
+        self._reaped = False  # a forked zygote this process has reaped already
         self._ready = False
         self._asked = 0  # requests sent
         self._answered = 0  # answers read
@@ -144,13 +145,18 @@ class Zygote:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
         except ChildProcessError:
             return "already reaped"
-        return f"status {os.waitstatus_to_exitcode(status)}" if pid else "still running"
+        if not pid:
+            return "still running"
+        self._reaped = True  # its pid may be another process's from now on: never signal it again
+        return f"status {os.waitstatus_to_exitcode(status)}"
 
     def close(self) -> None:
         self._sock.close()
         if self._proc is not None:
             self._proc.kill()
             self._proc.wait()
+            return
+        if self._reaped:
             return
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
