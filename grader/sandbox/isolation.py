@@ -211,14 +211,9 @@ def _check_fds(cfg: IsolationConfig) -> str:
     """An inherited descriptor of a file or directory reaches past any new root (``openat``,
     ``/proc/self/fd/N``).  Nothing is closed here (the caller owns its descriptors): only reported."""
     leaks = []
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
+    for fd, target in _fd_targets():
         if fd <= 2 or fd in cfg.keep_fds:
             continue
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue  # the listing's own descriptor, already closed
         # a memfd (the rank's status slot) is anonymous memory: no way to any file
         if target.startswith("/") and not target.startswith(("/dev/null", "/proc/", "/memfd:")):
             leaks.append(f"{fd} ({target})")
@@ -605,14 +600,18 @@ TCP_ESTABLISHED = 1  # tcp_info.tcpi_state (include/net/tcp_states.h)
 
 
 def _socket_fds() -> list[int]:
-    fds = []
-    for fd in os.listdir("/proc/self/fd"):
+    return [fd for fd, target in _fd_targets() if target.startswith("socket:[")]
+
+
+def _fd_targets() -> list[tuple[int, str]]:
+    """(descriptor, what it points to) for each descriptor this process has open."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
         try:
-            if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:["):
-                fds.append(int(fd))
+            found.append((int(name), os.readlink(f"/proc/self/fd/{name}")))
         except OSError:
-            continue
-    return fds
+            continue  # the listing's own descriptor, already closed
+    return found
 
 
 # --- what a group's init leaves behind (without a PID namespace) ------------------------------------

@@ -59,12 +59,10 @@ def _made_here() -> GroupNetwork:
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     capture: socket.socket | None = None
     try:
-        _unshare(libc, CLONE_NEWNET, "unshare(CLONE_NEWNET)")
         try:
-            _bring_up_lo()
-            capture = Capture.open_in_current_namespace()
+            capture = _new_loopback(libc)
             return GroupNetwork(os.open("/proc/thread-self/ns/net", os.O_RDONLY), capture)
-        finally:
+        finally:  # back home, also when the unshare itself failed (then this thread never left)
             if libc.setns(home, CLONE_NEWNET) != 0:  # never go on in the group's namespace
                 raise RuntimeError(f"could not return to the session's network namespace: {_errno()}")
     except OSError as exc:
@@ -85,9 +83,7 @@ def _made_by_helper() -> GroupNetwork:
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             _own_user_namespace(libc)
-            _unshare(libc, CLONE_NEWNET, "unshare(CLONE_NEWNET)")
-            _bring_up_lo()
-            capture = Capture.open_in_current_namespace()
+            capture = _new_loopback(libc)
             fds = [os.open(f"/proc/self/ns/{ns}", os.O_RDONLY) for ns in ("net", "user")]
             socket.send_fds(child, [b"ok"], [fds[0], capture.fileno(), fds[1]])
         except BaseException as exc:
@@ -105,6 +101,13 @@ def _made_by_helper() -> GroupNetwork:
             os.close(fd)
         raise OSError(message.decode(errors="replace") or "no network namespace: the helper died")
     return GroupNetwork(fds[0], socket.socket(fileno=fds[1]), fds[2])
+
+
+def _new_loopback(libc: ctypes.CDLL) -> socket.socket:
+    """This thread in a new network namespace, with ``lo`` up, and a packet socket on it."""
+    _unshare(libc, CLONE_NEWNET, "unshare(CLONE_NEWNET)")
+    _bring_up_lo()
+    return Capture.open_in_current_namespace()
 
 
 def _unshare(libc: ctypes.CDLL, flag: int, what: str) -> None:

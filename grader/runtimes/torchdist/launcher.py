@@ -56,8 +56,8 @@ from grader.sandbox.status import StatusSlot
 STACK_WAIT_S = 1.0  # a spinning rank on a loaded machine can take a while to be scheduled and dump
 FAILURE_GRACE_S = 0.3
 DEATH_WAIT_S = 1.0  # for init's word on how a rank whose pipe closed ended
-#: a capture whose buffer holds bursts wakes the session at most this often: one wake-up per packet
-#: kept the session on a core the ranks needed (A9's 8-rank cases: 27 ms each, 20 ms with this; issue 23)
+#: a capture whose buffer holds bursts wakes the session at most this often: a wake-up per packet kept
+#: the session on a core the ranks needed (issue 23; README's Measurements has the whole change's effect)
 CAPTURE_EVERY_S = 0.002
 SELECT_S = 0.02
 DEADLOCK_SAMPLE_S = 0.02  # how often /proc is read while every unfinished rank says it is blocked
