@@ -8,6 +8,7 @@ the score; a broken submission is a low score with reasons, never a grader error
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
@@ -16,7 +17,7 @@ import time
 from dataclasses import asdict, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grader.errors import UserError
 from grader.filenames import entries_named
@@ -24,6 +25,11 @@ from grader.limits import Limits
 from grader.results import GradeResult, TimeSource
 from grader.salt import SALT_ENV, input_salt
 from grader.submission_time import SubmittedAt, given
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from grader.matrix.host import Host
 
 
 def grade(
@@ -45,78 +51,102 @@ def grade(
     ``runtime`` is ``--isolation`` (``runtimes.torchdist.portable.decide``); ``keyword`` is ``-k``:
     only the matching visible cases run, and the result says its score is partial.
     """
-    from grader import intake, runner, scoring, selection, tempdirs
-    from grader.render.outputs import write_outputs
-    from grader.rubric import load_rubric
-    from grader.runtimes.torchdist import static
+    with _early_host(runtime) as host:  # first: its torch import overlaps all that comes before the matrix
+        from grader import intake, runner, scoring, selection, tempdirs
+        from grader.render.outputs import write_outputs
+        from grader.rubric import load_rubric
+        from grader.runtimes.torchdist import static
 
-    timings: dict[str, float] = {}
-    t0 = time.monotonic()
-    rubric = scoring.under_deadline_option(load_rubric(rubric_path), deadline)
-    limits = rubric.limits
-    salt, salt_layer = input_salt(secret_file)
-    only = selection.select(rubric, keyword) if keyword is not None else None
-    tempdirs.sweep()  # what gradings killed by SIGKILL left (their locks are free): never a live one's
-    work, lock = tempdirs.make("grader-work-")
-    try:
-        os.chmod(work, 0o711)  # the student uid may traverse to its sandbox, but not list or write
-        taken = intake.take(source, rubric, work / "sandbox", submitted_at, trust_commit_time)
-        timings["intake"] = time.monotonic() - t0
-        t = time.monotonic()
-        present = list(taken.student_files)
-        findings = static.analyze_submission(taken.sandbox, present, rubric.policy)
-        timings["static"] = time.monotonic() - t
-        t = time.monotonic()
-        matrix_dir = work / "matrix"
-        matrix_dir.mkdir(mode=0o700)
+        timings: dict[str, float] = {}
+        t0 = time.monotonic()
+        rubric = scoring.under_deadline_option(load_rubric(rubric_path), deadline)
+        limits = rubric.limits
+        salt, salt_layer = input_salt(secret_file)
+        only = selection.select(rubric, keyword) if keyword is not None else None
+        tempdirs.sweep()  # what gradings killed by SIGKILL left (their locks are free): never a live one's
+        work, lock = tempdirs.make("grader-work-")
         try:
-            run = runner.run_matrix(
-                sandbox=taken.sandbox,
-                present=present,
-                workdir=matrix_dir,
-                limits=asdict(limits),
-                policy=rubric.policy.to_dict(),
-                pack=rubric.assignment.pack,
-                isolation=_isolation_fields(taken.sandbox, limits),
-                salt=salt,
-                layers={"salt": salt_layer},
-                total_timeout_s=limits.total_timeout_s,
-                only=only,
-                runtime=runtime,
-                partial=only is not None,
+            os.chmod(work, 0o711)  # the student uid may traverse to its sandbox, but not list or write
+            taken = intake.take(source, rubric, work / "sandbox", submitted_at, trust_commit_time)
+            timings["intake"] = time.monotonic() - t0
+            t = time.monotonic()
+            present = list(taken.student_files)
+            findings = static.analyze_submission(taken.sandbox, present, rubric.policy)
+            timings["static"] = time.monotonic() - t
+            t = time.monotonic()
+            matrix_dir = work / "matrix"
+            matrix_dir.mkdir(mode=0o700)
+            try:
+                run = runner.run_matrix(
+                    sandbox=taken.sandbox,
+                    present=present,
+                    workdir=matrix_dir,
+                    limits=asdict(limits),
+                    policy=rubric.policy.to_dict(),
+                    pack=rubric.assignment.pack,
+                    isolation=_isolation_fields(taken.sandbox, limits),
+                    salt=salt,
+                    layers={"salt": salt_layer},
+                    total_timeout_s=limits.total_timeout_s,
+                    only=only,
+                    runtime=runtime,
+                    partial=only is not None,
+                    host=host,
+                )
+            except runner.SessionFailed as exc:  # the grader's failure: status "error" (exit 2), no verdict blamed
+                sys.stderr.write(f"grader: the matrix session's output ended with:\n{exc.log}\n")
+                result = error_result(rubric, str(source), f"the grader could not grade this submission: {exc}")
+                if out_dir is not None:
+                    write_outputs(result, out_dir, None)
+                return result
+            timings["matrix"] = time.monotonic() - t
+            timings.update(run.phases)
+            t = time.monotonic()
+            when = datetime.fromisoformat(taken.info.submitted_at) if taken.info.submitted_at else None
+            result = scoring.score(
+                rubric,
+                run.junit,
+                taken.info,
+                findings,
+                taken.sandbox,
+                submitted_at=when,
+                isolation=run.isolation,
+                timings=timings,
             )
-        except runner.SessionFailed as exc:  # the grader's failure: status "error" (exit 2), no verdict blamed
-            sys.stderr.write(f"grader: the matrix session's output ended with:\n{exc.log}\n")
-            result = error_result(rubric, str(source), f"the grader could not grade this submission: {exc}")
+            if only is not None:
+                result = replace(
+                    result, notes=[selection.partial_note(keyword or "", len(only), rubric), *result.notes]
+                )
+            timings["score"] = time.monotonic() - t
+            timings["total"] = time.monotonic() - t0
+            result = replace(result, timings=dict(timings))
             if out_dir is not None:
-                write_outputs(result, out_dir, None)
+                write_outputs(result, out_dir, run.junit)
+                keep_deliverables(taken.sandbox, rubric.deliverable_files, out_dir)
             return result
-        timings["matrix"] = time.monotonic() - t
-        timings.update(run.phases)
-        t = time.monotonic()
-        when = datetime.fromisoformat(taken.info.submitted_at) if taken.info.submitted_at else None
-        result = scoring.score(
-            rubric,
-            run.junit,
-            taken.info,
-            findings,
-            taken.sandbox,
-            submitted_at=when,
-            isolation=run.isolation,
-            timings=timings,
-        )
-        if only is not None:
-            result = replace(result, notes=[selection.partial_note(keyword or "", len(only), rubric), *result.notes])
-        timings["score"] = time.monotonic() - t
-        timings["total"] = time.monotonic() - t0
-        result = replace(result, timings=dict(timings))
-        if out_dir is not None:
-            write_outputs(result, out_dir, run.junit)
-            keep_deliverables(taken.sandbox, rubric.deliverable_files, out_dir)
-        return result
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+            lock.close()
+
+
+@contextlib.contextmanager
+def _early_host(runtime: str) -> Iterator[Host | None]:
+    """The matrix session's host, started before anything else: its torch import (a second) overlaps
+    this process's own imports, the rubric, intake and the static checks (issue 23).  It is told
+    nothing until the matrix runs (``grader.matrix.host``); none for the portable runtime."""
+    from grader.matrix.host import Host
+    from grader.runtimes.torchdist import portable
+
+    try:
+        hosted = not portable.decide(runtime).portable
+    except UserError:
+        hosted = False  # the matrix says why, as it would without an early host
+    host = Host.start() if hosted else None
+    try:
+        yield host
     finally:
-        shutil.rmtree(work, ignore_errors=True)
-        lock.close()
+        if host is not None:
+            host.close()
 
 
 DELIVERABLES = "deliverables"  # beside the outputs: what a rescore reads the diagram and answers from

@@ -17,21 +17,22 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from junitparser import Failure, JUnitXml, Properties, Property, TestCase, TestSuite
 
 from grader import runtimes
 from grader.errors import GraderError
 from grader.matrix import timeline
+from grader.matrix.host import Host
 from grader.matrix.plugin import CONFIG_ENV, PARENT_ENV, STARTED, MatrixConfig
 from grader.pack import AssignmentPack, load_pack
 from grader.results import Verdict
 from grader.runtimes.torchdist import portable
-from grader.runtimes.torchdist.zygote import scrubbed_environment
 from grader.salt import SALT_ENV
 
 MAX_ROUNDS = 4
@@ -74,10 +75,12 @@ def run_matrix(
     only: list[str] | None = None,
     runtime: str = "auto",
     partial: bool = False,
+    host: Host | None = None,
 ) -> MatrixRun:
     """Run every case of ``pack`` (or the ``only`` ones) and return the merged JUnit file in ``workdir``;
     ``partial`` (``grader grade -k``): the cases left out are in it too, as ``not_run``.
-    ``policy`` is the rubric's ``policy.allow`` (``Policy.to_dict``)."""
+    ``policy`` is the rubric's ``policy.allow`` (``Policy.to_dict``).  ``host``: the first session's
+    host, started early by the caller (``Host.start``), who closes it; a later round starts its own."""
     assignment = load_pack(pack)
     runtimes.require(assignment.runtime, assignment.id)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -92,6 +95,9 @@ def run_matrix(
     everything = _case_names(assignment, only)
     hosted = not portable.decide(runtime).portable  # the sandbox's zygote is forked by the session's host
     for round_no in range(1, MAX_ROUNDS + 1):
+        session_host = None
+        if hosted:
+            session_host = host if round_no == 1 and host is not None else Host.start()
         junit = workdir / f"junit-round{round_no}.xml"
         config = MatrixConfig(
             pack=pack,
@@ -111,7 +117,7 @@ def run_matrix(
             launched=time.monotonic(),
         )
         remaining = total_timeout_s - (time.monotonic() - t0)
-        code, log = _session(config, assignment, workdir, junit, remaining, hosted)
+        code, log = _session(config, assignment, workdir, junit, remaining, session_host)
         for stage, seconds in timeline.read(Path(config.timeline), time.monotonic(), config.launched).items():
             phases[stage] = phases.get(stage, 0.0) + seconds
         if junit.exists():
@@ -152,10 +158,11 @@ def _case_names(pack: AssignmentPack, only: list[str] | None) -> list[str]:
 
 
 def _session(
-    config: MatrixConfig, pack: AssignmentPack, workdir: Path, junit: Path, timeout_s: float, hosted: bool
+    config: MatrixConfig, pack: AssignmentPack, workdir: Path, junit: Path, timeout_s: float, host: Host | None
 ) -> tuple[int, str]:
-    """Run one session; ``hosted``: in ``grader.matrix.host``, which forks the zygote first (wherever the
-    Linux sandbox is built), else as ``python -m pytest`` (the portable runtime, which has no zygote)."""
+    """Run one session and return its exit status and the tail of its output: in ``host`` (wherever the
+    Linux sandbox is built: it forks the zygote first), else as ``python -m pytest`` (the portable
+    runtime, which has no zygote)."""
     home = workdir / "session"
     home.mkdir(exist_ok=True)
     ini = home / "pytest.ini"
@@ -197,14 +204,17 @@ def _session(
         # install compile the grader from source again (0.3-0.6 s a grading; issue 23)
         "OMP_NUM_THREADS": "1",
     }
-    log_path = workdir / "session.log"
-    with open(log_path, "wb") as log:
-        if hosted:
-            proc = _hosted(args, env, home, pack, log)
+    with contextlib.ExitStack() as stack:
+        if host is not None:
+            stack.callback(host.close)
+            host.preload(pack.bodies, list(pack.search_path))
+            proc, log = host.begin(args, env, str(home)), host.log
         else:
+            log = stack.enter_context(tempfile.TemporaryFile())
             cmd = [sys.executable, "-m", "pytest", *args]
-            stderr = subprocess.STDOUT
-            proc = subprocess.Popen(cmd, cwd=home, env=env, stdout=log, stderr=stderr, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd, cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         try:
             code = proc.wait(timeout=max(timeout_s, 1.0))
         except subprocess.TimeoutExpired:
@@ -212,33 +222,13 @@ def _session(
         except BaseException:  # SIGTERM or Ctrl-C of the grader: the session ends first
             _stop(proc)
             raise
-    return code, log_path.read_text(errors="replace")[-20000:]
+        return code, _tail(log, 20000)
 
 
-def _hosted(
-    args: list[str], env: dict[str, str], home: Path, pack: AssignmentPack, log: Any
-) -> subprocess.Popen[bytes]:
-    """Start ``grader.matrix.host`` in the zygote's scrubbed environment and, once it runs, tell it the
-    session's arguments, environment and directory on a pipe (it forks the zygote before it reads them)."""
-    control, request = os.pipe()
-    cmd = [sys.executable, "-I", "-m", "grader.matrix.host", "--runner", str(os.getpid()), "--control", str(control)]
-    cmd += ["--bodies", pack.bodies, *(f"--path={path}" for path in pack.search_path)]
-    try:
-        proc = subprocess.Popen(
-            cmd,
-            cwd="/",
-            env=scrubbed_environment(),
-            pass_fds=[control],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    finally:
-        os.close(control)
-    with contextlib.suppress(BrokenPipeError), os.fdopen(request, "wb") as pipe:  # a host that died says so by its exit
-        pipe.write(json.dumps({"argv": args, "env": env, "cwd": str(home)}).encode())
-    return proc
+def _tail(log: IO[bytes], size: int) -> str:
+    log.seek(0, os.SEEK_END)
+    log.seek(max(0, log.tell() - size))
+    return log.read().decode(errors="replace")
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> int:

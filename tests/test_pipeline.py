@@ -89,6 +89,33 @@ def test_a_missing_submission_is_a_user_error_not_a_crash(tmp_path: Path) -> Non
     assert "no such file" in proc.stderr
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux sandbox's session host")
+def test_a_grading_that_stops_before_its_matrix_leaves_no_session_host_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session's host starts before intake (its torch import overlaps it); a submission intake
+    refuses ends the grading there, and the host with it."""
+    from grader import pipeline
+    from grader.errors import UserError
+    from grader.matrix.host import Host
+
+    started: list[Host] = []
+    start = Host.start
+
+    def recorded() -> Host:
+        started.append(start())
+        return started[-1]
+
+    monkeypatch.setattr(Host, "start", staticmethod(recorded))
+    archive = tmp_path / "submission.zip"
+    archive.write_bytes(b"not a zip archive")
+    with pytest.raises(UserError, match="not a readable archive"):
+        pipeline.grade(archive)
+    assert len(started) == 1
+    assert started[0].proc.returncode is not None  # ended and reaped
+    assert started[0].log.closed
+
+
 def test_a_grading_the_grader_could_not_finish_renders_everywhere_with_its_reason() -> None:
     from grader.pipeline import error_result
     from grader.render.classroom import render_classroom

@@ -1,58 +1,140 @@
 """The matrix session's process, which forks the session's zygote before it becomes the session.
 
-Run as ``python -I -m grader.matrix.host`` by ``grader.runner`` wherever the Linux sandbox is built
-(the portable runtime has no zygote: its session is a plain ``python -m pytest``).  The process
-starts in the zygote's scrubbed environment and imports what every rank needs, the zygote's
-preload (torch, the rank runtime, the pack's rank-side bodies).  Then it forks:
+Started as ``python -I -m grader.matrix.host`` by :meth:`Host.start` wherever the Linux sandbox is
+built (the portable runtime has no zygote: its session is a plain ``python -m pytest``), and started
+first thing in a grading (``pipeline.grade``), before the rubric, the submission or the pack are
+known, so that its torch import overlaps everything the grading does before its matrix (issue 23).
+The process starts in the zygote's scrubbed environment and:
 
-- the child is the zygote (``grader.runtimes.torchdist.zygote.serve``), with the memory of a
-  process that has been told nothing yet, exactly as when it was a process of its own;
-- the parent becomes the matrix session: only now does it read, from the runner's pipe, the
-  session's pytest arguments and environment (the path of its configuration, which holds the salt),
-  and run pytest with the matrix plugin, whose ``MatrixSession`` takes the zygote over
-  (``session.Zygote.forked``).
+1. imports what every rank needs whatever the pack, torch and the rank runtime
+   (``zygote.preload_runtime``);
+2. reads the pack's rank-side module from the runner's pipe (:meth:`Host.preload`) and imports it;
+3. forks.  The child is the zygote (``grader.runtimes.torchdist.zygote.serve``), with the memory of a
+   process that has been told nothing but the pack's name, exactly as when it was a process of its
+   own;
+4. the parent becomes the matrix session: only now does it read, from the same pipe, the session's
+   pytest arguments and environment (the path of its configuration, which holds the salt;
+   :meth:`Host.begin`), and run pytest with the matrix plugin, whose ``MatrixSession`` takes the
+   zygote over (``session.Zygote.forked``).
 
-So the session and its zygote share one import of torch, which each used to pay for: 1.2-1.7 s of
-CPU a grading on a 2-core machine (issue 23).  The zygote dies with the session (PDEATHSIG), and the
-session with the runner, as before.
+So the session and its zygote share one torch import, which each used to pay for (1.2-1.7 s of CPU a
+grading on a 2-core machine), and that import no longer waits for the grading's intake.  The zygote
+dies with the session (PDEATHSIG), and the session with the runner; a host never told its pack ends
+when the runner closes the pipe (:meth:`Host.close`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
 import socket
+import subprocess
 import sys
+import tempfile
+from typing import IO, Any
 
 MAX_REQUEST = 1 << 20
+
+
+class Host:
+    """The runner's handle on one session's host: started before the grading knows its pack, told the
+    pack (:meth:`preload`), then the session (:meth:`begin`), or closed unused (:meth:`close`)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], control: int, log: IO[bytes]) -> None:
+        self.proc = proc
+        self.log = log  # the host's and then the session's output: an unnamed file, gone when closed
+        self._control: int | None = control  # the pipe's write end; None once the request is sent
+
+    @classmethod
+    def start(cls) -> Host:
+        from grader.runtimes.torchdist.zygote import scrubbed_environment
+
+        log = tempfile.TemporaryFile()  # noqa: SIM115 (the host's to close: Host.close)
+        control, request = os.pipe()
+        cmd = [sys.executable, "-I", "-m", "grader.matrix.host", "--runner", str(os.getpid())]
+        cmd += ["--control", str(control)]
+        try:
+            proc = subprocess.Popen(
+                cmd,
+                cwd="/",
+                env=scrubbed_environment(),
+                pass_fds=[control],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(request)
+            log.close()
+            raise
+        finally:
+            os.close(control)
+        return cls(proc, request, log)
+
+    def preload(self, bodies: str, path: list[str]) -> None:
+        """The pack's rank-side module, and where a pack that is not installed lives: the zygote is
+        forked once they are imported.  Nothing of the grading but the pack's name crosses here."""
+        self._send(json.dumps({"bodies": bodies, "path": path}).encode() + b"\n")
+
+    def begin(self, argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen[bytes]:
+        """The session's pytest arguments, environment and directory: the host, its zygote forked,
+        becomes the session."""
+        self._send(json.dumps({"argv": argv, "env": env, "cwd": cwd}).encode())
+        self._hang_up()
+        return self.proc
+
+    def close(self) -> None:
+        """End a host the grading did not use (or whose session ended) and forget its output."""
+        self._hang_up()  # a host still waiting for its pack or its request exits on the closed pipe
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.log.close()
+
+    def _send(self, data: bytes) -> None:
+        if self._control is None:
+            raise ValueError("this host has been told its session already")
+        with contextlib.suppress(BrokenPipeError):  # a host that died says so by its exit status
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._control, view) :]
+
+    def _hang_up(self) -> None:
+        if self._control is not None:
+            os.close(self._control)
+            self._control = None
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runner", type=int, required=True, help="the runner's pid: this process dies with it")
-    parser.add_argument("--control", type=int, required=True, help="the pipe the session's request comes on")
-    parser.add_argument("--bodies", required=True, help="the pack's rank-side module, e.g. grader.packs.a9.bodies")
-    parser.add_argument("--path", action="append", default=[], help="where a pack that is not installed lives")
+    parser.add_argument("--control", type=int, required=True, help="the pipe the pack and the session come on")
     args = parser.parse_args()
     from grader.runtimes.torchdist import zygote
     from grader.runtimes.torchdist.zygote import ZYGOTE_ENV
     from grader.sandbox import isolation
 
     isolation.die_with_parent(args.runner, signal.SIGKILL)
-    sys.path[:0] = args.path
-    zygote.preload(args.bodies)
+    zygote.preload_runtime()
+    control = os.fdopen(args.control, "rb")
+    bodies, path = _preface(control)
+    sys.path[:0] = path
+    zygote.preload_pack(bodies)
     session, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     host = os.getpid()
     pid = os.fork()
     if pid == 0:
         session.close()
-        os.close(args.control)
+        control.close()
         isolation.die_with_parent(host, signal.SIGKILL)
-        zygote.serve(theirs, args.bodies)  # never returns
+        zygote.serve(theirs, bodies)  # never returns
     theirs.close()
-    argv, env, cwd = _request(args.control)
+    argv, env, cwd = _request(control)
     os.environ.clear()
     os.environ.update(env)
     os.environ[ZYGOTE_ENV] = f"{session.fileno()}:{pid}"
@@ -63,18 +145,25 @@ def main() -> None:
     raise SystemExit(pytest.console_main())
 
 
-def _request(fd: int) -> tuple[list[str], dict[str, str], str]:
-    """The runner's one message, ``{"argv": [...], "env": {...}, "cwd": "..."}``, then end of file:
+def _preface(control: IO[bytes]) -> tuple[str, list[str]]:
+    """The runner's first line, ``{"bodies": "...", "path": [...]}``: the pack the zygote preloads."""
+    line = control.readline(MAX_REQUEST)
+    if not line.endswith(b"\n"):
+        raise SystemExit("the runner sent no pack")  # it closed the pipe: this host was not needed
+    preface = json.loads(line)
+    return str(preface["bodies"]), [str(p) for p in preface["path"]]
+
+
+def _request(control: IO[bytes]) -> tuple[list[str], dict[str, str], str]:
+    """The runner's last message, ``{"argv": [...], "env": {...}, "cwd": "..."}``, then end of file:
     the session's pytest arguments, environment and directory."""
-    data = b""
-    while chunk := os.read(fd, 1 << 16):
-        data += chunk
-        if len(data) > MAX_REQUEST:
-            raise SystemExit("the runner's request is too large")
-    os.close(fd)
+    data = control.read(MAX_REQUEST + 1)
+    control.close()
+    if len(data) > MAX_REQUEST:
+        raise SystemExit("the runner's request is too large")
     if not data:
         raise SystemExit("the runner sent no request")  # it is gone; PDEATHSIG ends us next
-    request = json.loads(data)
+    request: dict[str, Any] = json.loads(data)
     return [str(a) for a in request["argv"]], {str(k): str(v) for k, v in request["env"].items()}, str(request["cwd"])
 
 

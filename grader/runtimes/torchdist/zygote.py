@@ -94,18 +94,30 @@ def main() -> None:
     serve(socket.socket(fileno=args.socket), args.bodies)
 
 
-def preload(bodies: str) -> None:
-    """Everything a rank needs, imported once here so that forked ranks share it (copy on write)."""
+def preload_runtime() -> None:
+    """The part of :func:`preload` no pack decides: torch and the rank runtime.  The session's host
+    imports it before it is told the pack (``grader.matrix.host``)."""
     import torch
     import torch.distributed
 
     torch.set_num_threads(1)
-    importlib.import_module(bodies)
     from grader.runtimes.torchdist import rank
+
+    rank.preload()
+
+
+def preload(bodies: str) -> None:
+    """Everything a rank needs, imported once here so that forked ranks share it (copy on write)."""
+    preload_runtime()
+    preload_pack(bodies)
+
+
+def preload_pack(bodies: str) -> None:
+    """The rest of :func:`preload`, once the runtime is: the pack's rank-side module ``bodies``."""
+    importlib.import_module(bodies)
     from grader.sandbox import audit
 
     audit.preload(bodies)
-    rank.preload()
     # Every object so far lives as long as the zygote: frozen, no rank's collection walks them and
     # copies the pages they are on (A9: 2.5% fewer page faults in its ranks, about 170 a rank).  Not
     # collected first: that walk of torch's whole heap took 90 ms, and what garbage it would free is small.
