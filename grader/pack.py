@@ -124,6 +124,20 @@ class Prepared:
     judge: Callable[[list[dict[str, Any]]], str] | None = None
 
 
+def exact_sum(tensors: list[Any]) -> Any:
+    """What a sum-reduction of ``tensors`` (one per rank) should give: summed in rank order, in float64
+    for floating tensors (and returned in float64; the caller rounds it to the case's dtype), exactly
+    for integer ones.  One pass per tensor into one accumulator: stacking them first took three times
+    as long for A9's 1M-element cases, with bit-for-bit the same result."""
+    import torch  # the session's, never the command's: it grades without torch
+
+    first = tensors[0]
+    total = first.to(torch.float64 if first.is_floating_point() else first.dtype, copy=True)  # never an input
+    for tensor in tensors[1:]:
+        total += tensor
+    return total
+
+
 class Refused(Exception):
     """What the first step of a :class:`Handoff` returned breaks the pack's rule for what may cross:
     the case is ``not_parallel``, and the message says which rule."""

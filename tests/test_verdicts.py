@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grader.matrix import plugin, verdicts
 from grader.matrix.timeline import Timeline
@@ -24,6 +26,12 @@ from grader.runtimes.torchdist.traffic import Traffic
 
 CASE = Case("test_allreduce", "ws2", 2, "allreduce", {"must_communicate": True})
 PREPARED = Prepared([{}, {}], [{"out": torch.ones(2)}, {"out": torch.ones(2)}])
+
+
+#: one element of a result or an expected value: ordinary, tiny, huge, signed zero, infinite or NaN
+_ELEMENT = st.one_of(
+    st.floats(-10, 10), st.sampled_from([0.0, -0.0, 1e-6, 1e30, float("inf"), float("-inf"), float("nan")])
+)
 
 
 def honest_run(traffic: Traffic | None) -> CaseRun:
@@ -251,3 +259,49 @@ def test_a_group_that_fails_to_start_leaves_nothing_behind(tmp_path: Path, exc: 
     with pytest.raises(GroupStartError if isinstance(exc, OSError) else RuntimeError):
         group.start()
     assert not group._dir.exists() and not group.alive
+
+
+def test_an_expected_sum_is_exact_where_float32_would_round() -> None:
+    """Packs' expected reductions (``pack.exact_sum``): floating tensors summed in float64 in rank
+    order, so a float32 sum that loses a rank's contribution is not what a submission is held to."""
+    from grader.pack import exact_sum
+
+    xs = [torch.tensor([1e8], dtype=torch.float32), torch.tensor([1.0]), torch.tensor([-1e8])]
+    assert float(xs[0] + xs[1] + xs[2]) == 0.0  # float32's own sum loses the 1
+    assert exact_sum(xs).dtype == torch.float64 and float(exact_sum(xs)) == 1.0
+    ints = [torch.tensor([2**40, 3]), torch.tensor([1, -3])]
+    assert torch.equal(exact_sum(ints), torch.tensor([2**40 + 1, 0]))
+    doubles = [torch.tensor([0.5], dtype=torch.float64), torch.tensor([0.25], dtype=torch.float64)]
+    assert float(exact_sum(doubles)) == 0.75
+    # the inputs are left as they were: they are what the ranks are sent
+    assert torch.equal(ints[0], torch.tensor([2**40, 3])) and float(doubles[0]) == 0.5
+
+
+@settings(max_examples=300)
+@given(
+    pairs=st.lists(st.tuples(_ELEMENT, _ELEMENT), min_size=1, max_size=6),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    rtol=st.sampled_from([0.0, 1e-5, 1e-3]),
+    atol=st.sampled_from([0.0, 1e-5, 1.0]),
+)
+def test_within_tolerance_is_final_only_where_isclose_agrees(
+    pairs: list[tuple[float, float]], dtype: torch.dtype, rtol: float, atol: float
+) -> None:
+    """``verdicts.within``, the fast elementwise check: whenever it says within, ``torch.isclose`` (in
+    float64, NaN never close) says every element is close; and it never writes its arguments."""
+    have = torch.tensor([p[0] for p in pairs], dtype=dtype)
+    want = torch.tensor([p[1] for p in pairs], dtype=dtype)
+    before = (have.clone(), want.clone())
+    if verdicts.within(have, want, rtol, atol):
+        assert bool(torch.isclose(have.double(), want.double(), rtol=rtol, atol=atol).all())
+    assert torch.equal(have.nan_to_num(7.0), before[0].nan_to_num(7.0))
+    assert torch.equal(want.nan_to_num(7.0), before[1].nan_to_num(7.0))
+
+
+def test_within_tolerance_passes_what_isclose_passes_when_every_value_is_finite() -> None:
+    """The fast check is not a stricter rule: finite results within tolerance need no second look."""
+    want = torch.tensor([1.0, -2.0, 0.0, 1e6], dtype=torch.float64)
+    have = want + torch.tensor([1e-5, -2e-5, 1e-5, 9.0], dtype=torch.float64)
+    assert bool(torch.isclose(have, want, rtol=1e-5, atol=1e-5).all())
+    assert verdicts.within(have, want, 1e-5, 1e-5)
+    assert not verdicts.within(have + torch.tensor([0.0, 0.0, 0.0, 2.0], dtype=torch.float64), want, 1e-5, 1e-5)

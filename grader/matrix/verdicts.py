@@ -17,6 +17,7 @@ after they were found consistent with the measured traffic.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -211,6 +212,8 @@ def compare(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], tol
             return f"{label} has shape {tuple(have.shape)}, expected {tuple(want.shape)}"
         if have.numel() == 0 or torch.equal(have, want):  # the common case, without the float64 copies below
             continue
+        if "norm" not in tol and within(have, want, tol.get("rtol", 0.0), tol.get("atol", 0.0)):
+            continue
         a, b = have.double(), want.double()
         if "norm" in tol:  # relative to the whole tensor: one element across a ReLU's kink is not an error
             relative = float((a - b).norm() / b.norm().clamp_min(1e-300))
@@ -232,6 +235,17 @@ def compare(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], tol
                 f"first at index {index}: expected {_num(want[index])}, got {_num(have[index])}"
             )
     return ""
+
+
+def within(have: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> bool:
+    """True when every element of ``have`` is within ``atol + rtol * |want|`` of ``want``'s, in float64:
+    what ``torch.isclose`` decides when it finds every element close, in a quarter of its time (A9's
+    1M-element allreduce, per rank: 17 -> 4 ms).  Only True is final: an element not within (NaN
+    included), or an infinite expected value (isclose's ``inf == inf``), leaves the verdict to isclose."""
+    expected = want.double()  # ``want`` itself when it is float64: only new tensors are written below
+    error = torch.sub(have.double(), expected).abs_()
+    allowed = expected.abs().mul_(rtol).add_(atol)
+    return bool(error.le(allowed).all()) and math.isfinite(float(allowed.max()))
 
 
 def _dt(dtype: torch.dtype) -> str:

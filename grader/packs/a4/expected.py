@@ -16,7 +16,7 @@ import hashlib
 
 import torch
 
-from grader.pack import Case, Prepared
+from grader.pack import Case, Prepared, exact_sum
 from grader.packs.a4.handout import GLOBAL_BATCH, HANDOUT_SEED, INPUT_DIM, LR, OUTPUT_DIM
 
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}  # the handout compares with 1e-5; sums come in other orders
@@ -96,7 +96,7 @@ def _autograd(case: Case, salt: str) -> Prepared:
     xs = [torch.randn(4, 8, generator=gen) for _ in range(ws)]
     if case.kind == "broadcast_parallel":  # identity forward, sum of the upstream gradients backward
         gs = [torch.randn(4, 8, generator=gen) for _ in range(ws)]
-        total = torch.stack([g.double() for g in gs]).sum(0).float()
+        total = exact_sum(gs).float()
         expected = [{"out": xs[r], "grad": total} for r in range(ws)]
     else:  # gather along the last dim forward, this rank's slice of its upstream gradient backward
         gs = [torch.randn(4, 8 * ws, generator=gen) for _ in range(ws)]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from grader.pack import Case, Prepared, Refused
+from grader.pack import Case, Prepared, Refused, exact_sum
 from grader.packs.a9 import reference_model
 from grader.packs.a9.shards import SHARD_NAMES, SHARDED
 from grader.sandbox.wire import DTYPES
@@ -73,9 +73,7 @@ def _broadcast(case: Case, gen: torch.Generator) -> Prepared:
 
 
 def _sum(xs: list[torch.Tensor]) -> torch.Tensor:
-    if xs[0].is_floating_point():
-        return torch.stack([x.double() for x in xs]).sum(0).to(xs[0].dtype)
-    return torch.stack(xs).sum(0)
+    return exact_sum(xs).to(xs[0].dtype)
 
 
 def _allreduce(case: Case, gen: torch.Generator) -> Prepared:
