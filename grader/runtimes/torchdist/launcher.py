@@ -360,7 +360,7 @@ class RankGroup(GroupLifecycle):
             if (not missing and explains(run.ranks, traffic)) or time.monotonic() > deadline:
                 traffic.lost = traffic.lost or missing
                 return traffic
-            time.sleep(0.01)
+            select.select([self._capture.fileno()], [], [], 0.01)  # the next packet, not a fixed nap
 
     def _exchange(self, frames: list[bytes], timeout_s: float, expect: str) -> CaseRun:
         """Send each rank its frame and collect one reply per rank, or stop the case."""
