@@ -33,6 +33,7 @@ from grader.matrix.plugin import CONFIG_ENV, PARENT_ENV, STARTED, MatrixConfig
 from grader.pack import AssignmentPack, load_pack
 from grader.results import Verdict
 from grader.runtimes.torchdist import portable
+from grader.runtimes.torchdist.zygote import NUMERICS_ENV
 from grader.salt import SALT_ENV
 
 MAX_ROUNDS = 4
@@ -202,7 +203,7 @@ def _session(
         "PYTHONSAFEPATH": "1",
         # bytecode is written as Python always does: forbidding it made every session of an editable
         # install compile the grader from source again (0.3-0.6 s a grading; issue 23)
-        "OMP_NUM_THREADS": "1",
+        **NUMERICS_ENV,  # the expected values' numbers are computed as the ranks' are
     }
     with contextlib.ExitStack() as stack:
         if host is not None:

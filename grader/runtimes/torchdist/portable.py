@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader.runtimes.torchdist.portable_rank import LOOPBACK, WorkerSetup, main
+from grader.runtimes.torchdist.zygote import NUMERICS_ENV
 
 if TYPE_CHECKING:
     from grader.pack import Case
@@ -153,7 +154,7 @@ def _scrubbed_environment() -> Any:
     try:
         os.environ.clear()
         os.environ.update({k: v for k, v in saved.items() if k.upper() in KEEP_ENV})
-        os.environ.update({"OMP_NUM_THREADS": "1", "PYTHONNOUSERSITE": "1"})
+        os.environ.update({**NUMERICS_ENV, "PYTHONNOUSERSITE": "1"})
         if sys.platform in LOOPBACK:
             os.environ["GLOO_SOCKET_IFNAME"] = LOOPBACK[sys.platform]
         if sys.platform == "win32":
