@@ -17,6 +17,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -362,11 +363,15 @@ class MatrixSession:
         return fields
 
     def close(self) -> None:
+        """Kill every group, then close them side by side: most of a close is waiting (for the ranks to
+        die, and for the kernel to let go of the group's packet socket, an RCU grace period each), and
+        A9's eleven groups closed one after another took 0.2 s of every grading (issue 23)."""
         live = [g for g in [*self.groups.values(), *self.fresh_groups.values(), *self.launched.values()] if g.alive]
         for group in live:
-            group.kill()
-        for group in live:
-            group.close()
+            group.kill()  # here, one at a time: it may still read the zygote's answer for its leader
+        with ThreadPoolExecutor(max_workers=max(1, len(live))) as closing:
+            for closed in [closing.submit(group.close) for group in live]:
+                closed.result()
         if self.pool is not None:
             self.pool.close()
         if self.zygote is not None:
