@@ -167,24 +167,23 @@ def prepared_groups(session: plugin.MatrixSession, sizes: list[int]) -> None:
     session.prepare_groups([case.name for case in cases])
 
 
-def test_every_group_is_launched_before_the_first_case_and_waited_for_only_by_its_own_cases(
+def test_every_group_is_started_before_the_first_case_and_the_cases_take_them(
     session: plugin.MatrixSession,
 ) -> None:
     prepared_groups(session, [2, 3, 2, 4])
-    assert FakeGroup.launched == [2, 3, 4] and FakeGroup.starts == 0  # each once, side by side, none waited for
-    assert session._group(session.groups, 3).alive and FakeGroup.starts == 1  # a case waits for its group only
+    assert FakeGroup.launched == [2, 3, 4] and FakeGroup.starts == 3  # each once, side by side, all ready
     for size in (2, 3, 4):
         assert session._group(session.groups, size).alive
     assert FakeGroup.launched == [2, 3, 4] and FakeGroup.starts == 3  # taken, not started again
 
 
-def test_a_group_launched_before_the_cases_that_does_not_come_up_is_started_again_by_its_case(
+def test_a_group_that_failed_to_start_before_the_cases_is_started_again_when_needed(
     session: plugin.MatrixSession,
 ) -> None:
     FakeGroup.failures = 1
     prepared_groups(session, [2])
+    assert session.launched == {}  # it did not come up: nothing is kept of it
     assert session._group(session.groups, 2).alive and FakeGroup.launched == [2, 2] and FakeGroup.starts == 2
-    assert session.launched == {}
 
 
 def test_a_case_whose_capture_lost_packets_runs_again_in_a_fresh_group(session: plugin.MatrixSession) -> None:
