@@ -255,12 +255,13 @@ class MatrixSession:
         return run
 
     def prepare_groups(self, names: list[str]) -> None:
-        """Launch every group the cases ``names`` will run in, side by side, before the first case
-        (issue 23), and wait for none: their ranks start up on every core at once, and the first cases
-        run while later groups still start (a case waits for its own group only, in :meth:`_group`,
-        which starts it again, with its retries, if it did not come up).  The time a starting group
-        takes from a case is small against the floor of every case's time budget (1 s by default;
-        ``grader.matrix.budgets``).  Not with a pool: its workers serve one group at a time."""
+        """Start every group the cases ``names`` will run in, side by side, before the first case (issue
+        23): their ranks start up on every core at once instead of one group after another, and no case
+        ever runs beside a group starting up, which would eat into its time budget.  A group that does
+        not come up here is started again, with its retries, when a case needs it, as is a group
+        replaced after a case.  Not with a pool: its workers serve one group at a time."""
+        from grader.runtimes.torchdist.launcher import GroupStartError
+
         if self.pool is not None:
             return
         cases = {case.name: case for case in self.pack.cases()}
@@ -272,6 +273,11 @@ class MatrixSession:
                 if key not in self.launched:
                     self.launched[key] = self._new_group(key[1])
                     self.launched[key].launch()
+        for key, group in list(self.launched.items()):
+            try:
+                group.wait_ready()
+            except GroupStartError:
+                del self.launched[key]  # closed where it failed
 
     def _group(self, groups: dict[int, Any], size: int) -> Any:
         """The live group of ``size`` rank processes (``Case.processes``: the world size, but for a
