@@ -21,7 +21,6 @@ in the group's cgroup is killed before the cgroup is removed.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import select
@@ -179,6 +178,8 @@ class RankGroup(GroupLifecycle):
                 self._cgroups = sb.cgroups.group(self.world_size, self.limits.memory_mb)
             except OSError as exc:
                 layers["cgroup"] = f"off: {exc}"
+        import fcntl  # here: the portable runtime imports this module's constants where fcntl does not exist
+
         theirs: list[int] = []
         ranks = []
         for r in range(self.world_size):
