@@ -18,8 +18,9 @@ from grader.pack import Case, Prepared
 
 #: float32 ranks against a float64 baseline, each tensor as a whole: a pre-activation within rounding of
 #: zero may cross the ReLU's kink in one and not the other, which moves single gradient elements by
-#: percents but the tensor by far less; every wrong schedule or loss is off by tens of percent
-TOLERANCE = {"norm": 1e-3}
+#: percents and the tensor by up to 0.65% (seen in CI; 1e-3 failed honest stages about once in forty
+#: salts: 4 of 160 for pp2-l6-b12-m4); every wrong schedule or loss is off by tens of percent
+TOLERANCE = {"norm": 2e-2}
 
 
 def own_layers(layers: int, stage: int, stages: int) -> list[int]:
