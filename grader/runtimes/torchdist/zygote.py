@@ -73,8 +73,8 @@ class GroupRequest:
 #: The environment of every process that computes a grade's numbers, the session's and the ranks':
 #: one thread each, and MKL's results independent of where the data lies in memory.  Without that,
 #: MKL's matrix products varied in their last bits with the alignment of their operands (12 of 84
-#: products of the same values here), so with the heap's layout, run to run; an A5 gradient across a
-#: ReLU's kink then came out 0.3% off, and a case failed one grading in twenty ("strict conditional
+#: products of the same values here), so with the heap's layout, run to run, and a result near a
+#: tolerance could pass one grading and fail the next with the same salt ("strict conditional
 #: numerical reproducibility", ``MKL_CBWR``; the same code path MKL would choose, 8% slower products).
 NUMERICS_ENV = {"OMP_NUM_THREADS": "1", "MKL_CBWR": "AUTO,STRICT"}
 
