@@ -92,7 +92,8 @@ def run_matrix(
     """Run every case of ``pack`` (or the ``only`` ones) and return the merged JUnit file in ``workdir``;
     ``partial`` (``grader grade -k``): the cases left out are in it too, as ``not_run``.
     ``policy`` is the rubric's ``policy.allow`` (``Policy.to_dict``).  ``host``: the first session's
-    host, started early by the caller (``Host.start``), who closes it; a later round starts its own."""
+    host, started early by the caller (``Host.start``); each session closes its host when it ends (the
+    caller's close is then a no-op, and ends a host the matrix never used), a later round starts its own."""
     assignment = load_pack(pack)
     runtimes.require(assignment.runtime, assignment.id)
     workdir.mkdir(parents=True, exist_ok=True)
