@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +22,16 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from grader.results import GradeResult
+from grader.runtimes.torchdist.zygote import NUMERICS_ENV
 from tests.fidelity import FullGrades
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Tests fork ranks from this process as a zygote does, so it computes as one: a test that ran a
+# parallel operation on several OpenMP threads left every later forked rank waiting forever in its
+# own first one (CI hung for an hour so).  The setting is read when torch loads, which is later.
+assert "torch" not in sys.modules, "conftest must set the numerics environment before torch is imported"
+os.environ.update(NUMERICS_ENV)
 
 settings.register_profile(
     "default", max_examples=20, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]

@@ -191,3 +191,24 @@ def test_a_ranks_numbers_do_not_depend_on_where_its_data_lies_in_memory() -> Non
     env = scrubbed_environment()
     done = subprocess.run([sys.executable, "-c", ALIGNMENT_PROBE], env=env, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "0"
+
+
+FORK_PROBE = """
+import os, signal, torch
+torch.ones(1 << 22).mul_(2)  # large enough for a parallel region, on the pool if there is one
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)  # a child stuck on a pool that did not survive the fork dies instead of waiting
+    torch.ones(1 << 22).mul_(2)
+    os._exit(0)
+print(os.waitpid(pid, 0)[1])
+"""
+
+
+def test_a_process_forked_after_its_parent_computed_can_compute() -> None:
+    """In the environment the session, the zygote and every rank start with, a process forked from a
+    parent that already computed (a zygote from its host, a rank from its zygote, a test's rank from
+    pytest) computes too: with a pool of several OpenMP threads in the parent, it waited forever."""
+    env = scrubbed_environment()
+    done = subprocess.run([sys.executable, "-c", FORK_PROBE], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "0", "the forked child did not finish its computation"

@@ -76,6 +76,8 @@ class GroupRequest:
 #: products of the same values here), so with the heap's layout, run to run, and a result near a
 #: tolerance could pass one grading and fail the next with the same salt ("strict conditional
 #: numerical reproducibility", ``MKL_CBWR``; the same code path MKL would choose, 8% slower products).
+#: One thread also keeps forking safe: a child forked after its parent ran a parallel operation on
+#: GNU OpenMP's pool waits forever in its own first one (the pool's threads do not survive a fork).
 NUMERICS_ENV = {"OMP_NUM_THREADS": "1", "MKL_CBWR": "AUTO,STRICT"}
 
 
