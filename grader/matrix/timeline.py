@@ -20,7 +20,8 @@ class Timeline:
     ``startup``: from the runner's launch to the first case (Python and pytest, the pack, torch,
     collection); ``groups``: starting and calibrating rank groups; ``cases``: the cases themselves,
     start-ups excluded; ``between``: pytest's own work between two cases (fixtures, reports);
-    ``teardown``: from the last case to every group, zygote and pool closed.
+    ``teardown``: from the last case to the session's records written (pytest's JUnit file first);
+    closing its groups, zygote and pool comes after, beside the runner's scoring (``matrix.host``).
     """
 
     launched: float  # the runner's monotonic clock when it started this session
