@@ -125,8 +125,6 @@ def grade(
                 keep_deliverables(taken.sandbox, rubric.deliverable_files, out_dir)
             return result
         finally:
-            if host is not None:
-                host.close()  # its session closed its groups beside the scoring: over before its files go
             shutil.rmtree(work, ignore_errors=True)
             lock.close()
 
@@ -135,8 +133,7 @@ def grade(
 def _early_host(runtime: str) -> Iterator[Host | None]:
     """The matrix session's host, started before anything else: its torch import (a second) overlaps
     this process's own imports, the rubric, intake and the static checks (issue 23).  It is told
-    nothing until the matrix runs (``grader.matrix.host``), and closed once the grading is scored, so
-    that its session's teardown overlaps the scoring; none for the portable runtime."""
+    nothing until the matrix runs (``grader.matrix.host``); none for the portable runtime."""
     from grader.matrix.host import Host
     from grader.runtimes.torchdist import portable
 

@@ -92,9 +92,8 @@ def run_matrix(
     """Run every case of ``pack`` (or the ``only`` ones) and return the merged JUnit file in ``workdir``;
     ``partial`` (``grader grade -k``): the cases left out are in it too, as ``not_run``.
     ``policy`` is the rubric's ``policy.allow`` (``Policy.to_dict``).  ``host``: the first session's
-    host, started early by the caller (``Host.start``), who closes it: once the matrix returned, the
-    session's groups may still be closing (``Host.close`` waits for them), so the caller scores first.
-    A session without one runs in a host of its own, closed before the next round or the return."""
+    host, started early by the caller (``Host.start``); each session closes its host when it ends (the
+    caller's close is then a no-op, and ends a host the matrix never used), a later round starts its own."""
     assignment = load_pack(pack)
     runtimes.require(assignment.runtime, assignment.id)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -131,11 +130,7 @@ def run_matrix(
             launched=time.monotonic(),
         )
         remaining = total_timeout_s - (time.monotonic() - t0)
-        try:
-            code, log = _session(config, assignment, workdir, junit, remaining, session_host)
-        finally:
-            if session_host is not None and session_host is not host:
-                session_host.close()  # a host of its own: its teardown ends before the next round
+        code, log = _session(config, assignment, workdir, junit, remaining, session_host)
         for stage, seconds in timeline.read(Path(config.timeline), time.monotonic(), config.launched).items():
             phases[stage] = phases.get(stage, 0.0) + seconds
         if junit.exists():
@@ -180,8 +175,7 @@ def _session(
 ) -> tuple[int, str]:
     """Run one session and return its exit status and the tail of its output: in ``host`` (wherever the
     Linux sandbox is built: it forks the zygote first), else as ``python -m pytest`` (the portable
-    runtime, which has no zygote).  A hosted session that says its verdicts are final returns then,
-    with no output, while it closes its groups: closing ``host`` waits for that."""
+    runtime, which has no zygote)."""
     home = workdir / "session"
     home.mkdir(exist_ok=True)
     ini = home / "pytest.ini"
@@ -224,8 +218,8 @@ def _session(
         **NUMERICS_ENV,  # the expected values' numbers are computed as the ranks' are
     }
     with contextlib.ExitStack() as stack:
-        deadline = time.monotonic() + max(timeout_s, 1.0)
         if host is not None:
+            stack.callback(host.close)
             host.preload(pack.bodies, list(pack.search_path))
             proc, log = host.begin(args, env, str(home)), host.log
         else:
@@ -235,10 +229,7 @@ def _session(
                 cmd, cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         try:
-            said = host.final(deadline - time.monotonic()) if host is not None else None
-            if said in (0, 1):  # every case decided and on disk: it closes its groups beside the scoring
-                return said, ""
-            code = proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
+            code = proc.wait(timeout=max(timeout_s, 1.0))
         except subprocess.TimeoutExpired:
             code = _stop(proc)
         except BaseException:  # SIGTERM or Ctrl-C of the grader: the session ends first

@@ -21,11 +21,6 @@ So the session and its zygote share one torch import, which each used to pay for
 grading on a 2-core machine), and that import no longer waits for the grading's intake.  The zygote
 dies with the session (PDEATHSIG), and the session with the runner; a host never told its pack ends
 when the runner closes the pipe (:meth:`Host.close`).
-
-Once its JUnit file is written the session says so on a second pipe (:func:`say_final`), and only
-then closes its rank groups: the runner scores while the session tears down (killing and reaping
-A9's 41 ranks, 0.2-0.3 s), and waits for its end before the grading's files go (:meth:`Host.close`).
-Only the session holds that pipe's write end: the zygote closes it as it is forked, before any rank.
 """
 
 from __future__ import annotations
@@ -35,7 +30,6 @@ import contextlib
 import ctypes
 import json
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -44,8 +38,6 @@ import tempfile
 from typing import IO, Any
 
 MAX_REQUEST = 1 << 20
-FINAL_ENV = "GRADER_SESSION_FINAL"  # the session's end of the pipe it says its verdicts are final on
-TEARDOWN_S = 10.0  # how long a session that said so may take to close its groups before it is killed
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 
 
@@ -53,12 +45,10 @@ class Host:
     """The runner's handle on one session's host: started before the grading knows its pack, told the
     pack (:meth:`preload`), then the session (:meth:`begin`), or closed unused (:meth:`close`)."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], control: int, final: int, log: IO[bytes]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], control: int, log: IO[bytes]) -> None:
         self.proc = proc
         self.log = log  # the host's and then the session's output: an unnamed file, gone when closed
         self._control: int | None = control  # the pipe's write end; None once the request is sent
-        self._final = final  # the read end of the pipe the session says its verdicts are final on
-        self._begun = False
 
     @classmethod
     def start(cls) -> Host:
@@ -66,15 +56,14 @@ class Host:
 
         log = tempfile.TemporaryFile()  # noqa: SIM115 (the host's to close: Host.close)
         control, request = os.pipe()
-        final, said = os.pipe()
         cmd = [sys.executable, "-I", "-m", "grader.matrix.host", "--runner", str(os.getpid())]
-        cmd += ["--control", str(control), "--final", str(said)]
+        cmd += ["--control", str(control)]
         try:
             proc = subprocess.Popen(
                 cmd,
                 cwd="/",
                 env=scrubbed_environment(),
-                pass_fds=[control, said],
+                pass_fds=[control],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -82,13 +71,11 @@ class Host:
             )
         except BaseException:
             os.close(request)
-            os.close(final)
             log.close()
             raise
         finally:
             os.close(control)
-            os.close(said)
-        return cls(proc, request, final, log)
+        return cls(proc, request, log)
 
     def preload(self, bodies: str, path: list[str]) -> None:
         """The pack's rank-side module, and where a pack that is not installed lives: the zygote is
@@ -100,31 +87,15 @@ class Host:
         becomes the session."""
         self._send(json.dumps({"argv": argv, "env": env, "cwd": cwd}).encode())
         self._hang_up()
-        self._begun = True
         return self.proc
 
-    def final(self, timeout: float) -> int | None:
-        """The exit status the session said once its JUnit file was written, or None if it ended
-        without saying it or ``timeout`` ran out first (its exit status then tells)."""
-        if not select.select([self._final], [], [], max(timeout, 0.0))[0]:
-            return None
-        said = os.read(self._final, 16)
-        return int(said) if said.isdigit() else None
-
     def close(self) -> None:
-        """End the host and forget its output: a session it became is waited for while it closes its
-        groups (``TEARDOWN_S`` at most), a host the grading did not use is ended at once."""
+        """End a host the grading did not use (or whose session ended) and forget its output."""
         self._hang_up()  # a host still waiting for its pack or its request exits on the closed pipe
-        if self._begun and self.proc.poll() is None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=TEARDOWN_S)
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
-        if self._final >= 0:
-            os.close(self._final)
-            self._final = -1
         self.log.close()
 
     def _send(self, data: bytes) -> None:
@@ -145,7 +116,6 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runner", type=int, required=True, help="the runner's pid: this process dies with it")
     parser.add_argument("--control", type=int, required=True, help="the pipe the pack and the session come on")
-    parser.add_argument("--final", type=int, required=True, help="the pipe the session says it is final on")
     args = parser.parse_args()
     from grader.runtimes.torchdist import zygote
     from grader.runtimes.torchdist.zygote import ZYGOTE_ENV
@@ -163,7 +133,6 @@ def main() -> None:
     if pid == 0:
         session.close()
         control.close()
-        os.close(args.final)  # only the session may say its verdicts are final
         isolation.die_with_parent(host, signal.SIGKILL)
         zygote.serve(theirs, bodies)  # never returns
     theirs.close()
@@ -172,28 +141,11 @@ def main() -> None:
     os.environ.clear()
     os.environ.update(env)
     os.environ[ZYGOTE_ENV] = f"{session.fileno()}:{pid}"
-    os.environ[FINAL_ENV] = str(args.final)
-    os.set_inheritable(args.final, False)  # no program the session runs gets it
     os.chdir(cwd)
     sys.argv = ["pytest", *argv]
     import pytest
 
     raise SystemExit(pytest.console_main())
-
-
-def say_final(exitstatus: int) -> None:
-    """Tell the runner the session's JUnit file is written, with the exit status the session will end
-    with: it may score while the session closes its groups.  Nothing to say in a session without a
-    host (the portable runtime's): its runner waits for its end."""
-    fd = os.environ.pop(FINAL_ENV, None)
-    if fd is None:
-        return
-    try:
-        os.write(int(fd), str(exitstatus).encode())
-    except OSError:
-        pass  # a runner gone is no reason not to close the groups
-    finally:
-        os.close(int(fd))
 
 
 def _keep_freed_memory() -> None:

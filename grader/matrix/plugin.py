@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from grader.matrix.budgets import CALIBRATION_BYTES, case_budget
-from grader.matrix.host import say_final
 from grader.matrix.timeline import Timeline
 from grader.pack import Case, Prepared, Refused
 from grader.results import Verdict
@@ -385,10 +384,6 @@ class MatrixSession:
             self.zygote.close()
         if self.sandboxing is not None:
             self.sandboxing.close()
-
-    def report(self) -> None:
-        """What the runner reads beside the JUnit file, written once the last case is decided: the
-        layers every group reported, and the timeline."""
         Path(self.config.isolation_report).write_text(json.dumps(self.layers, indent=1))
         if self.config.timeline:
             self.timeline.closed(time.monotonic())
@@ -424,15 +419,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     _SESSION.prepare_groups([item.name for item in items])
 
 
-@pytest.hookimpl(trylast=True)  # after pytest's JUnit writer: every verdict is on disk
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """The session's records, then word to the runner that it may score, then the groups' close,
-    which overlaps the runner's scoring (issue 23; ``grader.matrix.host``)."""
     global _FINISHED
     _FINISHED = session
     if _SESSION is not None:
-        _SESSION.report()
-        say_final(int(exitstatus))
         _SESSION.close()
 
 

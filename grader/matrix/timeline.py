@@ -20,8 +20,7 @@ class Timeline:
     ``startup``: from the runner's launch to the first case (Python and pytest, the pack, torch,
     collection); ``groups``: starting and calibrating rank groups; ``cases``: the cases themselves,
     start-ups excluded; ``between``: pytest's own work between two cases (fixtures, reports);
-    ``teardown``: from the last case to the session's records written (pytest's JUnit file first);
-    closing its groups, zygote and pool comes after, beside the runner's scoring (``matrix.host``).
+    ``teardown``: from the last case to every group, zygote and pool closed.
     """
 
     launched: float  # the runner's monotonic clock when it started this session
