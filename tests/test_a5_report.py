@@ -261,23 +261,12 @@ def test_honest_float32_work_passes_a_salt_whose_inputs_cross_a_kink() -> None:
 
     from grader.matrix.verdicts import compare
     from grader.pack import load_pack
-    from grader.packs.a5.expected import TOLERANCE, _input_seed, _weights, baseline, own_layers
+    from grader.packs.a5.expected import TOLERANCE, baseline, own_layers
 
     case = next(c for c in load_pack("a5").cases() if c.name == "test_dataloader[pp2-l6-b12-m4]")
-    p, salt = case.params, "s19"
-    _, g1, g2 = baseline(case, salt)
-    w1, w2 = (w.float().requires_grad_(True) for w in _weights(case, salt))
-    data = torch.rand(
-        (p["global_batch_size"], p["sequence_length"], p["hidden_size"]),
-        generator=torch.Generator().manual_seed(_input_seed(case, salt)),
-    )
-    for batch in torch.split(data, p["micro_batch_size"]):
-        x = batch
-        for i in range(p["number_of_layers"]):
-            x = torch.relu(x @ w1[i].T) @ w2[i].T
-        x.mean().backward()
-    assert w1.grad is not None and w2.grad is not None
+    _, g1, g2 = baseline(case, "s19")
+    _, f1, f2 = baseline(case, "s19", torch.float32)
     for stage in range(case.world_size):
-        own = own_layers(p["number_of_layers"], stage, case.world_size)
-        got = {"grad_fc1": w1.grad[own], "grad_fc2": w2.grad[own]}
+        own = own_layers(case.params["number_of_layers"], stage, case.world_size)
+        got = {"grad_fc1": f1[own], "grad_fc2": f2[own]}
         assert compare(got, {"grad_fc1": g1[own], "grad_fc2": g2[own]}, TOLERANCE) == "", stage
