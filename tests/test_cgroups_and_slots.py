@@ -38,7 +38,7 @@ def test_on_cgroup_v2_each_rank_gets_a_memory_limit_and_the_group_a_task_limit(t
     group.limit_tasks(128)
     assert (group.pids / "pids.max").read_text() == "168"
     (group.ranks[2] / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
-    assert [group.oom_kills(r) for r in range(3)] == [0, 0, 1]
+    assert [group.memory_events(r).oom_kills for r in range(3)] == [0, 0, 1]
 
 
 def test_a_v2_root_without_the_memory_controller_is_not_used(tmp_path: Path) -> None:

@@ -46,7 +46,9 @@ def test_the_cgroup_counters_are_read_in_both_versions(tmp_path: Path) -> None:
     (v2 / "memory.peak").write_text(str(3 << 30))
     one = GroupCgroups(1, tmp_path, tmp_path, [v1], [])
     two = GroupCgroups(2, tmp_path, tmp_path, [v2], [])
-    assert (one.limit_hits(0), one.peak_mb(0)) == (12, 2100)
-    assert (two.limit_hits(0), two.peak_mb(0)) == (6, 3072)
+    (v1 / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+    assert (one.memory_events(0), one.peak_mb(0)) == ((2, 12), 2100)
+    assert (two.memory_events(0), two.peak_mb(0)) == ((1, 6), 3072)
     (v1 / "memory.failcnt").unlink()  # a kernel without the counter: nothing recorded, never an error
-    assert one.limit_hits(0) == 0
+    (v1 / "memory.oom_control").unlink()
+    assert one.memory_events(0) == (0, 0)

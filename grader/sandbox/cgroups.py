@@ -32,6 +32,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 HEADROOM_MB = 256
 ROOT = Path("/sys/fs/cgroup")
@@ -162,6 +163,14 @@ class Cgroups:
         return GroupCgroups(self.version, memory_group, pids_group, ranks, [pids_group])
 
 
+class MemoryEvents(NamedTuple):
+    """A rank's memory counters (``GroupCgroups.memory_events``)."""
+
+    oom_kills: int  # processes the kernel killed for memory
+    limit_hits: int  # times the memory reached its limit (v2: ``memory.events`` max + oom; v1: ``memory.failcnt``),
+    # the pressure a rank that fills its memory slowly records before any OOM kill
+
+
 @dataclass
 class GroupCgroups:
     """The cgroups of one live group."""
@@ -183,28 +192,19 @@ class GroupCgroups:
         current = int((self.pids / "pids.current").read_text())
         _write(self.pids / "pids.max", str(current + more))
 
-    def oom_kills(self, rank: int) -> int:
-        events = "memory.events" if self.version == 2 else "memory.oom_control"
+    def memory_events(self, rank: int) -> MemoryEvents:
+        """The rank's memory counters, cumulative since its cgroup was made; 0 for a counter the
+        kernel does not keep (never an error).  One file on v2, two on v1: the session reads them
+        once per rank per case (issue 23)."""
+        if self.version == 2:
+            events = _counters(f"{self.ranks[rank]}/memory.events")
+            return MemoryEvents(events.get("oom_kill", 0), events.get("max", 0) + events.get("oom", 0))
+        kills = _counters(f"{self.ranks[rank]}/memory.oom_control").get("oom_kill", 0)
         try:
-            for line in _read_counters(f"{self.ranks[rank]}/{events}").splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
+            hits = int(_read_counters(f"{self.ranks[rank]}/memory.failcnt"))
         except (OSError, ValueError):
-            pass
-        return 0
-
-    def limit_hits(self, rank: int) -> int:
-        """How often the rank's memory reached its limit (v2: ``memory.events`` max + oom; v1:
-        ``memory.failcnt``): pressure a rank that fills its memory slowly records before any OOM kill."""
-        try:
-            if self.version == 2:
-                lines = _read_counters(f"{self.ranks[rank]}/memory.events").splitlines()
-                events = dict(line.split(" ", 1) for line in lines)
-                return int(events.get("max", 0)) + int(events.get("oom", 0))
-            return int(_read_counters(f"{self.ranks[rank]}/memory.failcnt"))
-        except (OSError, ValueError):
-            return 0
+            hits = 0
+        return MemoryEvents(kills, hits)
 
     def peak_mb(self, rank: int) -> int | None:
         """The most memory the rank's cgroup held so far, in MiB (None where the kernel does not say)."""
@@ -238,12 +238,22 @@ class GroupCgroups:
 
 
 def _read_counters(path: str) -> str:
-    """A small counter file, read with two system calls: the session reads four per rank per case."""
+    """A small counter file, read with two system calls: the session reads one or two per rank per case."""
     fd = os.open(path, os.O_RDONLY)
     try:
         return os.read(fd, 1 << 12).decode()
     finally:
         os.close(fd)
+
+
+def _counters(path: str) -> dict[str, int]:
+    """A flat keyed file (``key value`` lines) as numbers; empty where it cannot be read."""
+    found = {}
+    with contextlib.suppress(OSError, ValueError):
+        for line in _read_counters(path).splitlines():
+            key, _, value = line.partition(" ")
+            found[key] = int(value)
+    return found
 
 
 def _write(path: Path, value: str) -> None:

@@ -50,7 +50,7 @@ from grader.runtimes.torchdist.session import Sandboxing, Zygote
 from grader.runtimes.torchdist.traffic import Capture, Traffic
 from grader.runtimes.torchdist.zygote import GroupRequest
 from grader.sandbox import netns, wire
-from grader.sandbox.cgroups import GroupCgroups
+from grader.sandbox.cgroups import GroupCgroups, MemoryEvents
 from grader.sandbox.status import StatusSlot
 
 STACK_WAIT_S = 1.0  # a spinning rank on a loaded machine can take a while to be scheduled and dump
@@ -125,6 +125,9 @@ class RankGroup(GroupLifecycle):
         self._layers: dict[str, str] = {}  # the session's layers, then the ranks' from their ready frames
         self._launch_error: GroupStartError | None = None
         self._threads: list[int] = []  # each rank's threads at ready, before any student code
+        #: each rank's memory counters when its last case ended (at ready, before the first): the
+        #: next case's baseline, since nothing runs in a rank between two cases
+        self._memory: list[MemoryEvents] = []
         self.pid_namespace = "off: the group's leader did not say"  # what the leader reports
         self.alive = False
 
@@ -243,6 +246,7 @@ class RankGroup(GroupLifecycle):
             raise GroupStartError(reason + ("\n" + "\n".join(tail) if tail else ""), run)
         self._resolve_pids(time.monotonic() + self.limits.start_timeout_s)
         self._threads = [procfs.threads(rk.pid) for rk in self._ranks]  # the runtime's, Gloo's and the student thread
+        self._memory = self._memory_events()
         layers["pid_namespace"] = self.pid_namespace
         connections = {}
         for rep, reply in zip(run.ranks, self._ready_replies, strict=True):
@@ -313,27 +317,29 @@ class RankGroup(GroupLifecycle):
         frames = case_frames(header, inputs, self.world_size)
         for rk in self._ranks:
             rk.status.set(StatusSlot.RUNNING, "")
-        ooms = [self._cgroups.oom_kills(r) for r in range(self.world_size)] if self._cgroups else []
-        hits = [self._cgroups.limit_hits(r) for r in range(self.world_size)] if self._cgroups else []
         if self._capture is not None:
             self._capture.begin_case()
         run = self._exchange(frames, timeout_s, expect="case")
         if self._capture is not None:
             run.traffic = self._measured(run)
         if self._cgroups is not None:
-            run.memory_kills = [r for r in range(self.world_size) if self._cgroups.oom_kills(r) > ooms[r]]
-            run.memory_pressure = self._memory_pressure(hits)
+            before, self._memory = self._memory, self._memory_events()
+            run.memory_kills = [r for r in range(self.world_size) if self._memory[r].oom_kills > before[r].oom_kills]
+            run.memory_pressure = self._memory_pressure(before)
         run.threads_left = self._threads_left()
         if not clean(run):
             self.close()
         return run
 
-    def _memory_pressure(self, before: list[int]) -> dict[int, str]:
+    def _memory_events(self) -> list[MemoryEvents]:
+        return [self._cgroups.memory_events(r) for r in range(self.world_size)] if self._cgroups else []
+
+    def _memory_pressure(self, before: list[MemoryEvents]) -> dict[int, str]:
         """Each rank whose memory cgroup reached its limit during the case, with the figures."""
         assert self._cgroups is not None
         found = {}
         for r in range(self.world_size):
-            hits = self._cgroups.limit_hits(r) - before[r]
+            hits = self._memory[r].limit_hits - before[r].limit_hits
             if hits > 0:
                 peak = self._cgroups.peak_mb(r)
                 held = f", {peak} MiB at most" if peak is not None else ""
