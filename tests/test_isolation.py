@@ -204,6 +204,25 @@ def test_without_a_uid_the_uid_layer_says_why(world: Path) -> None:
         assert rep["layers"]["nproc"] == "off: root ignores RLIMIT_NPROC and no separate uid is in use"
 
 
+@pytest.mark.skipif(not ROOT, reason="a process of another uid needs root")
+def test_the_tasks_of_a_uid_are_every_thread_of_its_processes_and_nothing_else(student: int) -> None:
+    """What a rank's RLIMIT_NPROC is raised by: the threads its uid already runs elsewhere."""
+    code = (
+        "import threading, time\n"
+        "for _ in range(3): threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        "print(flush=True)\n"
+        "time.sleep(60)"
+    )
+    theirs = subprocess.Popen(["python3", "-c", code], user=student, group=student, stdout=subprocess.PIPE)
+    try:
+        assert theirs.stdout is not None and theirs.stdout.readline() == b"\n"  # its threads run
+        assert isolation._tasks_of_uid(student) == 4  # main thread and three more
+        assert isolation._tasks_of_uid(student + 1) == 0
+    finally:
+        theirs.kill()
+        theirs.wait()
+
+
 @pytest.mark.skipif(not ROOT, reason="a separate uid needs root")
 def test_fork_bomb_is_bounded_and_its_children_reaped(world: Path, student: int) -> None:
     isolation.become_subreaper()

@@ -250,15 +250,23 @@ def _set_rlimits(cfg: IsolationConfig) -> str:
 
 
 def _tasks_of_uid(uid: int) -> int:
+    """Threads of every process whose real uid is ``uid``.  Every rank scans all of the machine's
+    processes once (hundreds on a desktop), so each status file is read raw and only its two lines
+    looked at: a third of the cost of parsing it as text (issue 23)."""
     count = 0
+    mine = f"\nUid:\t{uid}\t".encode()  # the real uid: the first of four
     for pid in _pids():
         try:
-            with open(f"/proc/{pid}/status") as status:
-                fields = dict(line.split(":", 1) for line in status if ":" in line)
+            fd = os.open(f"/proc/{pid}/status", os.O_RDONLY)
+            try:
+                status = os.read(fd, 1 << 14)
+            finally:
+                os.close(fd)
         except OSError:
-            continue
-        if int(fields.get("Uid", "-1 0").split()[0]) == uid:
-            count += int(fields.get("Threads", "1"))
+            continue  # gone meanwhile
+        if mine in status:
+            _, _, threads = status.partition(b"\nThreads:\t")
+            count += int(threads.split(b"\n", 1)[0] or b"1")
     return count
 
 
