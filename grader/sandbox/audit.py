@@ -43,6 +43,7 @@ CODE_EVENTS = frozenset({"code.__new__", "function.__new__", "marshal.loads", "m
 IMPORT_SYSTEM = "<frozen importlib._bootstrap"  # _bootstrap and _bootstrap_external
 
 _runtime_codes: tuple[frozenset[int], list[types.CodeType]] | None = None
+_prefixes: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # _library_prefixes(), from the zygote
 
 
 class SandboxRefusal(PermissionError):
@@ -52,10 +53,11 @@ class SandboxRefusal(PermissionError):
 def preload(bodies: str = "") -> None:
     """Zygote side: the identities of every code object of the rank runtime and of the pack's
     rank-side module ``bodies`` and its package (kept alive here)."""
-    global _runtime_codes
+    global _runtime_codes, _prefixes
     pack = (bodies.rpartition(".")[0] or bodies,) if bodies else ()
     codes = list(_runtime_code_objects((*RUNTIME_PREFIXES, *pack)))
     _runtime_codes = (frozenset(map(id, codes)), codes)
+    _prefixes = _library_prefixes()  # sysconfig's first answer takes 3 ms: here once, not in every rank
 
 
 def _runtime_code_objects(prefixes: tuple[str, ...]) -> Iterator[types.CodeType]:
@@ -85,10 +87,10 @@ def _defined_in(value: Any, module: str) -> bool:
 
 def install() -> str:
     """Rank side, the last layer before the first student import."""
-    if _runtime_codes is None:
+    if _runtime_codes is None or _prefixes is None:
         preload()
-    assert _runtime_codes is not None
-    sys.addaudithook(_make_hook(_runtime_codes[0], _library_prefixes()))
+    assert _runtime_codes is not None and _prefixes is not None
+    sys.addaudithook(_make_hook(_runtime_codes[0], _prefixes))
     return "on"
 
 
