@@ -27,6 +27,7 @@ RANK_RUNTIME = {
     "grader.runtimes",
     "grader.runtimes.torchdist",
     "grader.runtimes.torchdist.guard",
+    "grader.runtimes.torchdist.heap",  # glibc's malloc thresholds every rank inherits
     "grader.runtimes.torchdist.policy",
     "grader.runtimes.torchdist.rank",
     "grader.runtimes.torchdist.torchrun_env",  # what torchrun would tell a rank on the case's layout

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -38,7 +37,6 @@ import tempfile
 from typing import IO, Any
 
 MAX_REQUEST = 1 << 20
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 
 
 class Host:
@@ -117,7 +115,7 @@ def main() -> None:
     parser.add_argument("--runner", type=int, required=True, help="the runner's pid: this process dies with it")
     parser.add_argument("--control", type=int, required=True, help="the pipe the pack and the session come on")
     args = parser.parse_args()
-    from grader.runtimes.torchdist import zygote
+    from grader.runtimes.torchdist import heap, zygote
     from grader.runtimes.torchdist.zygote import ZYGOTE_ENV
     from grader.sandbox import isolation
 
@@ -136,7 +134,7 @@ def main() -> None:
         isolation.die_with_parent(host, signal.SIGKILL)
         zygote.serve(theirs, bodies)  # never returns
     theirs.close()
-    _keep_freed_memory()
+    heap.keep_freed(heap.SESSION_TRIM)  # the session, not its zygote, which keeps less
     argv, env, cwd = _request(control)
     os.environ.clear()
     os.environ.update(env)
@@ -146,18 +144,6 @@ def main() -> None:
     import pytest
 
     raise SystemExit(pytest.console_main())
-
-
-def _keep_freed_memory() -> None:
-    """The session, not its zygote: keep the memory it frees for its next case.  Each case allocates
-    and frees tensors of up to tens of MiB (inputs, expected values, float64 comparisons), and glibc
-    gave every one back to the kernel, to be faulted in page by page the next time: A9's session took
-    156,000 page faults, 86,000 with this (issue 23).  The thresholds are glibc's (``mallopt``): a
-    mapping of its own only above 32 MiB, its ceiling, and a heap trimmed only above 1 GiB free."""
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    if mallopt is not None:  # glibc's; another C library keeps its own policy
-        mallopt(M_MMAP_THRESHOLD, 32 << 20)
-        mallopt(M_TRIM_THRESHOLD, 1 << 30)
 
 
 def _preface(control: IO[bytes]) -> tuple[str, list[str]]:

@@ -41,6 +41,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from grader.runtimes.torchdist import heap
+
 MAX_REQUEST = 1 << 16
 #: ``fd:pid`` of the session's end of the zygote's socket and of the zygote, as the session's host
 #: (``grader.matrix.host``) leaves them for the session (``session.Zygote.forked``)
@@ -137,6 +139,7 @@ def preload_pack(bodies: str) -> None:
 
 def serve(sock: socket.socket, bodies: str) -> None:
     """Say the zygote is ready, then fork a group's leader per request until the session hangs up."""
+    heap.keep_freed(heap.RANK_TRIM)  # every rank inherits it
     sock.send(json.dumps({"ready": os.getpid()}).encode())
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     while True:
