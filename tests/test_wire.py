@@ -31,6 +31,18 @@ def test_frames_arriving_byte_by_byte_are_reassembled() -> None:
     assert frames[0].tensors["b"].shape == (0,)
 
 
+def test_a_frames_tensors_own_their_bytes() -> None:
+    """Writing into one tensor (a rank's in-place collective on its input) touches no other tensor of
+    its frame and no later frame of the reader."""
+    reader = wire.FrameReader(1 << 20)
+    (first,) = reader.feed(
+        wire.encode({}, {"a": torch.ones(4), "b": torch.ones(4)}) + wire.encode({}, {"c": torch.ones(4)})[:9]
+    )
+    first.tensors["a"].fill_(7)
+    (second,) = reader.feed(wire.encode({}, {"c": torch.ones(4)})[9:])
+    assert torch.equal(first.tensors["b"], torch.ones(4)) and torch.equal(second.tensors["c"], torch.ones(4))
+
+
 def frame_with(header: dict) -> bytes:
     head = json.dumps(header).encode()
     return struct.pack("<I", len(head)) + head

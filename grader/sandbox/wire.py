@@ -121,7 +121,7 @@ class FrameReader:
         tensors = {}
         for entry in header.get("tensors", []):
             size = _nbytes(entry)
-            raw = bytearray(self._buf[offset : offset + size])
+            raw = self._buf[offset : offset + size]  # a bytearray's slice is a copy of its own
             offset += size
             dtype = DTYPES[entry["dtype"]]
             flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
