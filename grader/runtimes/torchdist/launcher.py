@@ -27,7 +27,7 @@ import select
 import shutil
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -369,7 +369,7 @@ class RankGroup(GroupLifecycle):
                 return traffic
             select.select([self._capture.fileno()], [], [], 0.01)  # the next packet, not a fixed nap
 
-    def _exchange(self, frames: list[bytes], timeout_s: float, expect: str) -> CaseRun:
+    def _exchange(self, frames: Sequence[bytes | bytearray], timeout_s: float, expect: str) -> CaseRun:
         """Send each rank its frame and collect one reply per rank, or stop the case."""
         t0 = time.monotonic()
         n = self.world_size

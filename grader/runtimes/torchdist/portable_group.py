@@ -14,6 +14,7 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -96,7 +97,7 @@ class PortableGroup(GroupLifecycle):
             self.close(reusable=False)
         return run
 
-    def _exchange(self, frames: list[bytes], timeout_s: float, expect: str) -> CaseRun:
+    def _exchange(self, frames: Sequence[bytes | bytearray], timeout_s: float, expect: str) -> CaseRun:
         """Send each rank its frame and collect one reply per rank (``expect``: "ready" or "case"), or stop."""
         t0 = time.monotonic()
         n = self.world_size

@@ -325,12 +325,12 @@ class _StudentThread:
         self.done.acquire()
         _thread.start_new_thread(_student_loop, (self.box, self.go, self.done))
 
-    def run(self, fn: Any, *args: Any) -> bytes:
+    def run(self, fn: Any, *args: Any) -> bytearray:
         self.box[:] = [(fn, args)]
         self.go.release()
         self.done.acquire()
         reply = self.box[0] if len(self.box) == 1 else None
-        if type(reply) is not bytes:  # the thread's state was tampered with: whatever it left is no reply
+        if type(reply) is not bytearray:  # the thread's state was tampered with: whatever it left is no reply
             return wire.encode({"status": "exception", "message": "the case ended without a reply"})
         return reply
 
@@ -348,7 +348,7 @@ def _student_loop(box: list[Any], go: Any, done: Any) -> None:
             done.release()
 
 
-def _calibrate(frame: wire.Frame, rank_guard: guard.Guard) -> bytes:
+def _calibrate(frame: wire.Frame, rank_guard: guard.Guard) -> bytearray:
     """The runtime's own allreduce of the tensor the session sent (every rank sends it to every other
     and sums what arrives).  The session times it to size each case's time budget
     (``grader.matrix.budgets``); it runs before any student module is imported."""
@@ -367,7 +367,7 @@ def _calibrate(frame: wire.Frame, rank_guard: guard.Guard) -> bytes:
     return wire.encode({"status": "ok", "message": "", "trace": rank_guard.trace.summary(), "events": []})
 
 
-def _run_case(frame: wire.Frame, student: Student, rank_guard: guard.Guard, setup: RankSetup) -> bytes:
+def _run_case(frame: wire.Frame, student: Student, rank_guard: guard.Guard, setup: RankSetup) -> bytearray:
     """Run one case (on the student's thread) and encode its reply."""
     head = frame.header
     params = head.get("params", {})

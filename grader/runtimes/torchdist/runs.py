@@ -116,7 +116,7 @@ class GroupLifecycle:
         self.close()
 
 
-def case_frames(header: dict[str, Any], inputs: list[dict[str, torch.Tensor]], world_size: int) -> list[bytes]:
+def case_frames(header: dict[str, Any], inputs: list[dict[str, torch.Tensor]], world_size: int) -> list[bytearray]:
     """Each rank's frame of one case: the session's header, stamped with when it was sent (the ranks'
     records count time from it), and that rank's inputs."""
     stamped = {"op": "case", **header, "t0": time.monotonic()}
