@@ -11,14 +11,13 @@ the runner resume if the session is killed.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import signal
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,7 +77,6 @@ class MatrixSession:
         sys.path[:0] = [p for p in config.pack_path if p not in sys.path]
         self.pack = load_pack(config.pack)
         self.policy = Policy.from_dict(config.policy)
-        self.cases = {case.name: case for case in self.pack.cases()}
         self.student = student_config(self.pack, config.policy)  # what every group's ranks are told
         self.limits = Limits(**config.limits)
         self.clip = self.limits.clipper()  # every message and capture quoted, bounded per case and in all
@@ -107,16 +105,15 @@ class MatrixSession:
         self.hung: dict[tuple[str, int], str] = {}  # (function, world size) -> the case that hung
         self.calibration: dict[int, float | None] = {}  # rank processes -> seconds of the calibration allreduce
         self.student_code_ran = False  # a case ran in this session: a group failing to start may be its doing
-        self.following: dict[str, Case] = {}  # case name -> the case pytest runs next (``prepare_groups``)
-        self.ahead = Lookahead()
         self._replay_ledger()
 
     def _replay_ledger(self) -> None:
         """What the cases an earlier round decided say about the ones left (the ledger is ours)."""
+        cases = {case.name: case for case in self.pack.cases()}
         for line in Path(self.config.ledger).read_text().splitlines():
             try:
                 entry = json.loads(line)
-                case, verdict = self.cases.get(entry["case"]), Verdict(entry["verdict"])
+                case, verdict = cases.get(entry["case"]), Verdict(entry["verdict"])
             except (ValueError, KeyError, TypeError):
                 continue
             if case is not None:
@@ -141,7 +138,7 @@ class MatrixSession:
         module = self.pack.module_of[case.kind]
         decision = self._precheck(module) or self._skipped(case)
         if decision is None:
-            prepared = self._prepared(case)
+            prepared = self.pack.prepare(case, self.config.salt)
             try:
                 run = self._run(case, prepared)
             except GroupStartError as exc:
@@ -165,15 +162,6 @@ class MatrixSession:
         if decision.verdict is not Verdict.PASS:
             details = f"\n{details}" if details else ""
             pytest.fail(f"[{decision.verdict.value}] {message}{details}", pytrace=False)
-
-    def _prepared(self, case: Case) -> Prepared:
-        """The case's inputs and expected values, computed while the case before it ran if they were;
-        then the next case's are started, to be ready when its turn comes (issue 23)."""
-        prepared = self.ahead.take(case.name) or self.pack.prepare(case, self.config.salt)
-        upcoming = self.following.get(case.name)
-        if upcoming is not None:
-            self.ahead.start(upcoming.name, self.pack.prepare, upcoming, self.config.salt)
-        return prepared
 
     def _start_failure(self, reason: str) -> Decision:
         """A group that did not start, even when tried again: the grader's failure only when no
@@ -266,11 +254,6 @@ class MatrixSession:
         run.traffic = self.mode.measured(run.traffic)  # rootless: a capped capture's overflow is not a verdict
         return run
 
-    def plan(self, names: list[str]) -> None:
-        """The cases ``names``, in the order pytest runs them: whose inputs to compute ahead."""
-        order = [name for name in names if name in self.cases]
-        self.following = {name: self.cases[later] for name, later in itertools.pairwise(order)}
-
     def prepare_groups(self, names: list[str]) -> None:
         """Start every group the cases ``names`` will run in, side by side, before the first case (issue
         23): their ranks start up on every core at once instead of one group after another, and no case
@@ -281,8 +264,9 @@ class MatrixSession:
 
         if self.pool is not None:
             return
+        cases = {case.name: case for case in self.pack.cases()}
         for name in names:
-            case = self.cases.get(name)
+            case = cases.get(name)
             if case is None or self._precheck(self.pack.module_of[case.kind]) is not None:
                 continue
             for key in case.rank_groups(self.pack.handoffs):
@@ -394,7 +378,6 @@ class MatrixSession:
         with ThreadPoolExecutor(max_workers=max(1, len(live))) as closing:
             for closed in [closing.submit(group.close) for group in live]:
                 closed.result()
-        self.ahead.close()
         if self.pool is not None:
             self.pool.close()
         if self.zygote is not None:
@@ -405,29 +388,6 @@ class MatrixSession:
         if self.config.timeline:
             self.timeline.closed(time.monotonic())
             self.timeline.write(Path(self.config.timeline))
-
-
-class Lookahead:
-    """The next case's inputs and expected values, computed on a thread of the session while the
-    current case's ranks run: the session mostly waits for them then, and a case's ``prepare`` took
-    0.6 ms of A9's session at world size 1 and up to 27 ms of HW12's (issue 23).  A ``prepare``
-    depends only on its case and the salt (every pack draws from a generator of its own), so when it
-    runs changes nothing it returns; whatever it raises is raised where the case takes it."""
-
-    def __init__(self) -> None:
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lookahead")
-        self.pending: dict[str, Future[Prepared]] = {}
-
-    def start(self, name: str, prepare: Callable[[Case, str], Prepared], case: Case, salt: str) -> None:
-        if name not in self.pending:
-            self.pending[name] = self.pool.submit(prepare, case, salt)
-
-    def take(self, name: str) -> Prepared | None:
-        pending = self.pending.pop(name, None)
-        return pending.result() if pending is not None else None
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 _SESSION: MatrixSession | None = None
@@ -456,7 +416,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if skip:
         config.hook.pytest_deselected(items=[i for i in items if i.name in skip])
         items[:] = [i for i in items if i.name not in skip]
-    _SESSION.plan([item.name for item in items])
     _SESSION.prepare_groups([item.name for item in items])
 
 
