@@ -4,7 +4,9 @@ Course style = what the handout's public tests do: ``torch.multiprocessing.spawn
 a TCP rendezvous on a port picked as "free".  Ours = ``RankGroup`` exactly as a grading runs it
 (forked from the zygote, every isolation layer this process can build, traffic measured, per-group
 FileStore, group reused across clean cases).  Both run the same case bodies on the same inputs;
-only ours is checked, as the point here is the cost of launching.
+only ours is checked, as the point here is the cost of launching.  Then the whole grading of the
+submission (``grader grade``, every stage and layer, its start-up and all its cases), per case: the
+figure issue 23 states its goal in.
 """
 
 from __future__ import annotations
@@ -137,9 +139,21 @@ def main(args: argparse.Namespace) -> int:
         cases = pool[:: max(1, len(pool) // args.cases)][: args.cases]
         spawn_s = run_spawn(pack, cases, taken.sandbox)
         ours_s, passed = run_ours(pack, cases, taken.sandbox, rubric.policy.to_dict(), rubric.limits)
+    whole_s, graded = run_whole(args.submission, args.rubric)
     n = len(cases)
-    print(f"{'launcher':<28}{'cases':>6}{'seconds':>10}{'s/case':>10}")
-    print(f"{'spawn per case + TCP port':<28}{n:>6}{spawn_s:>10.2f}{spawn_s / n:>10.3f}")
-    print(f"{'grader RankGroup (fork)':<28}{n:>6}{ours_s:>10.2f}{ours_s / n:>10.3f}")
+    print(f"{'launcher':<34}{'cases':>6}{'seconds':>10}{'s/case':>10}")
+    print(f"{'spawn per case + TCP port':<34}{n:>6}{spawn_s:>10.2f}{spawn_s / n:>10.3f}")
+    print(f"{'grader RankGroup (fork)':<34}{n:>6}{ours_s:>10.2f}{ours_s / n:>10.3f}")
+    print(f"{'grader grade, the whole grading':<34}{graded:>6}{whole_s:>10.2f}{whole_s / max(graded, 1):>10.3f}")
     print(f"per-case speed-up: {spawn_s / max(ours_s, 1e-9):.1f}x  ({passed}/{n} cases passed under ours)")
+    print(f"per-case speed-up of the whole grading: {spawn_s / n / max(whole_s / max(graded, 1), 1e-9):.1f}x")
     return 0
+
+
+def run_whole(submission: str, rubric: Path | None) -> tuple[float, int]:
+    """Seconds of a whole grading of ``submission`` as ``grader grade`` runs it, and its cases."""
+    from grader import pipeline
+
+    t0 = time.monotonic()
+    result = pipeline.grade(submission, rubric)
+    return time.monotonic() - t0, len(result.cases)
