@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate = rubric_sub.add_parser("validate", help="validate a rubric YAML file")
     validate.add_argument("file", type=Path)
 
-    bench = sub.add_parser("bench", help="time our launcher against spawn-per-case")
+    bench = sub.add_parser("bench", help="time our launcher and a whole grading against spawn-per-case")
     bench.add_argument("submission", help="a student repo, as grader grade takes it")
     add_rubric_options(bench)
     bench.add_argument("--cases", type=int, default=12, help="cases per launcher")
