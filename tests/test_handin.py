@@ -42,6 +42,19 @@ def test_a_notebook_read_again_unchanged_is_parsed_once_and_an_edited_one_again(
     assert space["f"]() == 2  # type: ignore[operator]
 
 
+def test_executing_an_extraction_again_compiles_nothing_and_shares_no_state() -> None:
+    chunk = Chunk("class Box:\n    items = []\n\ndef f():\n    return 1\n", "hw12.ipynb, cell 1", "hw12.ipynb, cell 1")
+    found = extract([chunk], "hw12.ipynb")
+    first: dict[str, object] = {}
+    second: dict[str, object] = {}
+    found.execute(first)
+    first["Box"].items.append("case 1")  # type: ignore[attr-defined]
+    found.execute(second)
+    assert second["f"].__code__ is first["f"].__code__  # type: ignore[attr-defined]  # compiled once
+    assert second["f"] is not first["f"]
+    assert second["Box"].items == []  # type: ignore[attr-defined]  # a case's class is its own
+
+
 def test_execution_counts_and_outputs_are_not_evidence(tmp_path: Path) -> None:
     nb = new_notebook()
     first, second = new_code_cell("def f():\n    return 'first'"), new_code_cell("def f():\n    return 'second'")
