@@ -182,7 +182,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so that every finally runs: the matrix session is stopped and
     # the temporary sandbox removed (the session would die with us anyway: PDEATHSIG).
-    signal.signal(signal.SIGTERM, _terminated)
+    # The caller's handler comes back at the end: a process that runs the CLI in-process (tests, a
+    # notebook) keeps its own handling of SIGTERM.
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _main(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args: argparse.Namespace) -> int:
     from grader.sandbox.isolation import DIE_WITH_PARENT_ENV, die_with_parent
 
     parent = os.environ.pop(DIE_WITH_PARENT_ENV, "")  # set by `grader batch` for the grades it starts
