@@ -189,6 +189,28 @@ def test_two_definitions_outside_any_heading_are_ambiguous() -> None:
     assert not spliced.placements["Q5"].placed and "several blocks" in spliced.placements["Q5"].message
 
 
+def test_a_question_is_spliced_once_per_report_and_each_case_gets_its_own_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from grader.packs.a5 import splice as module
+
+    calls: list[tuple[str, ...]] = []
+
+    def counted(report: object, questions: tuple[str, ...] = CODE_QUESTIONS, others: object = None) -> object:
+        calls.append(questions)
+        return splice(report, questions, others)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(module, "splice", counted)
+    module._program.cache_clear()
+    text = _report("Q5", "def distribute_layers(num_layers, pp_rank, pp_world_size):\n    return [0]\n")
+    first = module.program(text, "Q5")
+    first["program"] = "changed by a caller"
+    second, other = module.program(text, "Q5"), module.program(text, "Q6")
+    assert calls == [("Q5",), ("Q6",)]  # the second Q5 case reused the first one's splice
+    assert second["program"] != "changed by a caller" and second["program"].startswith("{")
+    assert other != second
+
+
 # --- the judge ------------------------------------------------------------------------------------
 
 
