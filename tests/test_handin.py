@@ -3,13 +3,14 @@ exports, with the same feedback for a missing, duplicated, renamed or unparsable
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from grader.handin import Chunk, extract, hand_in_file, notebook, script
+from grader.handin import Chunk, Extraction, extract, hand_in_file, notebook, script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,13 +33,25 @@ def test_a_notebooks_code_cells_are_read_in_document_order_and_the_last_definiti
     assert "hw12.ipynb, cell 1 line 1, hw12.ipynb, cell 3 line 1" in note and "the last one" in note
 
 
-def test_a_notebook_read_again_unchanged_is_parsed_once_and_an_edited_one_again(tmp_path: Path) -> None:
-    path = write_notebook(tmp_path / "hw12.ipynb", "def f():\n    return 1")
-    first = notebook.read(path)
-    assert notebook.read(path) is first  # a rank's later cases reuse the parse
-    write_notebook(path, "def f():\n    return 2")
+def write_script(path: Path, source: str) -> Path:
+    path.write_text(source)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("reader", "write", "name"),
+    [(notebook.read, write_notebook, "hw12.ipynb"), (script.read, write_script, "assignment4.py")],
+    ids=["notebook", "script"],
+)
+def test_a_hand_in_read_again_unchanged_is_parsed_once_and_an_edited_one_again(
+    tmp_path: Path, reader: Callable[[Path], Extraction], write: Callable[[Path, str], Path], name: str
+) -> None:
+    path = write(tmp_path / name, "def f():\n    return 1")
+    first = reader(path)
+    assert reader(path) is first  # a rank's later cases reuse the parse
+    write(path, "def f():\n    return 2")
     space: dict[str, object] = {}
-    notebook.read(path).execute(space)
+    reader(path).execute(space)
     assert space["f"]() == 2  # type: ignore[operator]
 
 

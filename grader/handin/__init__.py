@@ -19,8 +19,9 @@ from __future__ import annotations
 import ast
 import difflib
 import linecache
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import CodeType
 from typing import Any
 
@@ -118,6 +119,24 @@ class Extraction:
                 code = compile(ast.Module(body=[node], type_ignores=[]), statement.chunk.filename, "exec")
                 self._code[index] = code
             exec(code, namespace)
+
+
+class LastRead:
+    """A reader's last hand-in, kept while the file's bytes are the same: a rank reads the same hand-in
+    for each of its cases, and parsing and compiling it again was most of a small case's time (A4's
+    script: 7.8 ms a case, 0.15 ms reused).  What it returns is read only, so it is shared."""
+
+    def __init__(self, parse: Callable[[Path, str], Extraction]) -> None:
+        self._parse = parse  # (path, text) -> Extraction
+        self._key: tuple[str, bytes] | None = None
+        self._found: Extraction | None = None
+
+    def __call__(self, path: Path) -> Extraction:
+        data = path.read_bytes()
+        if self._found is None or self._key != (str(path), data):
+            self._found = self._parse(path, data.decode("utf-8", "replace"))
+            self._key = (str(path), data)
+        return self._found
 
 
 def extract(chunks: list[Chunk], file: str) -> Extraction:

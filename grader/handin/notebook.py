@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import nbformat  # at import: the zygote preloads it for every rank of a notebook pack
 
-from grader.handin import PART, Chunk, Extraction, extract
+from grader.handin import PART, Chunk, Extraction, LastRead, extract
 
 _MARKER = re.compile(r"^# (?:In\[[ 0-9]*\]:|%%)")
 _MAGIC = re.compile(r"^\s*(?:[%!]|get_ipython\(\))")
@@ -29,24 +28,15 @@ class NotebookError(ValueError):
 
 
 def read(path: Path) -> Extraction:
-    """The definitions and imports of the notebook (or exported script) at ``path``.  A rank reads the
-    same hand-in for each of its cases: the last read is kept and reused while the file's bytes are the
-    same (parsing its cells is most of a small case's time; the result is read only)."""
-    data = path.read_bytes()
-    if _last and _last[0] == (str(path), data):
-        return _last[1]
-    found = _read(path, data.decode("utf-8", "replace"))
-    _last[:] = [(str(path), data), found]
-    return found
+    """The definitions and imports of the notebook (or exported script) at ``path``; a rank's later
+    cases reuse the last read while the file's bytes are the same (``LastRead``)."""
+    return _last(path)
 
 
 def warm_up() -> None:
     """The first notebook nbformat reads builds its schema validator (about 0.1 s): a zygote calls this
     once, so the ranks it forks never pay it."""
     _cells_of_json('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}', "warm-up")
-
-
-_last: list[Any] = []  # [(path, bytes), Extraction] of the last read
 
 
 def _read(path: Path, text: str) -> Extraction:
@@ -57,6 +47,9 @@ def _read(path: Path, text: str) -> Extraction:
         if not source.lstrip().startswith("%%")
     ]
     return extract(chunks, path.name)
+
+
+_last = LastRead(_read)
 
 
 def _cells_of_json(text: str, name: str) -> list[str]:
