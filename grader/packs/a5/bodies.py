@@ -20,10 +20,12 @@ stage's values, returns NaN.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import random
 import types
 from collections.abc import Callable
+from types import CodeType
 from typing import Any
 
 import torch
@@ -39,20 +41,34 @@ Tensors = dict[str, torch.Tensor]
 UP_TO_Q3 = ("init", "q2", "data", "model", "q3")
 
 
-def _module(name: str, statements: list[ast.stmt], report_file: str) -> types.ModuleType:
+#: the starter file each part of a program comes from, for the code objects of its lines
+PARTS = {"model": "model.py", "pipeline": "pipeline_parallel.py", "main": "test.py"}
+Compiled = dict[str, list[tuple[ast.stmt, CodeType]]]  # part -> its statements, each with its code
+
+
+@functools.lru_cache(maxsize=4)
+def _compiled(program: str, report_file: str) -> Compiled:
+    """A program's statements, each compiled once: every case of a question sends this rank the same
+    program, and reading and compiling it again was 6 ms of each ``Run`` (several a case).  Code
+    objects are immutable: each ``Run`` still executes them into namespaces of its own."""
+    parts = tree.loads(program)
+    return {part: [(stmt, _compile(stmt, report_file, PARTS[part])) for stmt in parts[part]] for part in PARTS}
+
+
+def _compile(stmt: ast.stmt, report_file: str, starter: str) -> CodeType:
+    filename = report_file if _from_report(stmt) else STARTER_FILE.format(starter)
+    return compile(ast.Module(body=[stmt], type_ignores=[]), filename, "exec")
+
+
+def _module(name: str, compiled: list[tuple[ast.stmt, CodeType]]) -> types.ModuleType:
     module = types.ModuleType(name)
-    for stmt in statements:
-        _exec(stmt, vars(module), report_file, f"{name}.py")
+    for _, code in compiled:
+        exec(code, vars(module))
     return module
 
 
 def _from_report(stmt: ast.stmt) -> bool:
     return any(getattr(node, "a5_report", False) for node in ast.walk(stmt))
-
-
-def _exec(stmt: ast.stmt, namespace: dict[str, Any], report_file: str, starter: str = "test.py") -> None:
-    filename = report_file if _from_report(stmt) else STARTER_FILE.format(starter)
-    exec(compile(ast.Module(body=[stmt], type_ignores=[]), filename, "exec"), namespace)
 
 
 class _Dim:
@@ -130,12 +146,10 @@ class Run:
     def __init__(self, student: Any, params: dict[str, Any], t: Tensors) -> None:
         if "program" not in params:
             raise NotImplementedError(params.get("unplaced", "the grader sent no program for this case"))
-        program = tree.loads(params["program"])
-        report_file = os.path.join(student.sandbox, REPORT)
-        self.report_file = report_file
+        program = _compiled(params["program"], os.path.join(student.sandbox, REPORT))
         self.main = program["main"]
-        model = _module("model", program["model"], report_file)
-        self.pipeline = _module("pipeline_parallel", program["pipeline"], report_file)
+        model = _module("model", program["model"])
+        self.pipeline = _module("pipeline_parallel", program["pipeline"])
         ws, rank = dist.get_world_size(), dist.get_rank()
         env = {"WORLD_SIZE": str(ws), "RANK": str(rank), "LOCAL_RANK": str(rank)}
         self.ns: dict[str, Any] = {
@@ -162,7 +176,7 @@ class Run:
         a ``checks`` segment an AssertionError is the answer (it is recorded, and the rest runs)."""
         raised: dict[str, bool] = {}
         done: set[str] = set()
-        for stmt in self.main:
+        for stmt, code in self.main:
             name = segment(stmt)
             if name not in segments:
                 continue
@@ -171,7 +185,7 @@ class Run:
                 if before and name in before:
                     before[name]()
             try:
-                _exec(stmt, self.ns, self.report_file)
+                exec(code, self.ns)
             except AssertionError:
                 if name not in checks:
                     raise
