@@ -77,21 +77,33 @@ def test_a_deadlock_is_a_hang_naming_each_stage_the_whole_model_on_a_stage_and_d
     assert items["q4_baseline.code"] == 12 and items["q10_gradient_check.code"] == 6  # charged once
 
 
-def test_a_rank_compiles_a_program_once_and_runs_it_afresh_in_every_case() -> None:
+def test_a_rank_compiles_a_program_once_runs_it_afresh_in_every_case_and_drops_it_for_the_next() -> None:
     """Every case of a question sends a rank the same program: it is compiled once, and each case's
-    modules are its own (a class attribute a case changed is the starter's again in the next)."""
+    modules are its own (a class attribute a case changed is the starter's again in the next).  A
+    program of another question, which holds the grader's answer to this one, is let go as soon as
+    this question's program is compiled, before any of its student code runs."""
+    import gc
+    import weakref
+
     from grader.packs.a5 import bodies
     from grader.packs.a5.splice import program
 
-    text = program((REFERENCE / "report.md").read_text(), "Q5")["program"]
+    text = (REFERENCE / "report.md").read_text()
     report = str(REFERENCE / "report.md")
-    compiled = bodies._compiled(text, report)
-    assert bodies._compiled(text, report) is compiled
+    q5 = program(text, "Q5")["program"]
+    compiled = bodies._compiled(q5, report)
+    assert bodies._compiled(q5, report) is compiled
     first, second = (bodies._module("pipeline_parallel", compiled["pipeline"]) for _ in range(2))
     first.PipelineStage.changed_by_a_case = True
     assert first.PipelineStage is not second.PipelineStage
     assert not hasattr(second.PipelineStage, "changed_by_a_case")
     assert second.distribute_layers.__code__.co_filename == report  # the student's Q5 answer, named as theirs
+
+    grader_q8 = [weakref.ref(code) for _, code in bodies._compiled(program(text, "Q7")["program"], report)["main"]]
+    del compiled, first, second
+    bodies._compiled(program(text, "Q8")["program"], report)
+    gc.collect()
+    assert all(ref() is None for ref in grader_q8)  # the Q7 case's program, the grader's Q8 loop in it, is gone
 
 
 def test_a_rank_holds_no_session_module_and_no_answer_of_the_grader() -> None:

@@ -46,11 +46,15 @@ PARTS = {"model": "model.py", "pipeline": "pipeline_parallel.py", "main": "test.
 Compiled = dict[str, list[tuple[ast.stmt, CodeType]]]  # part -> its statements, each with its code
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=1)
 def _compiled(program: str, report_file: str) -> Compiled:
     """A program's statements, each compiled once: every case of a question sends this rank the same
     program, and reading and compiling it again was 6 ms of each ``Run`` (several a case).  Code
-    objects are immutable: each ``Run`` still executes them into namespaces of its own."""
+    objects are immutable: each ``Run`` still executes them into namespaces of its own.
+
+    Only the current program is kept: another question's holds the grader's answer to this one
+    (``a5_steal_q8_answer``), and it is let go when this case's program is compiled, before any of
+    the case's student code runs."""
     parts = tree.loads(program)
     return {part: [(stmt, _compile(stmt, report_file, PARTS[part])) for stmt in parts[part]] for part in PARTS}
 
