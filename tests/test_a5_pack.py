@@ -78,10 +78,10 @@ def test_a_deadlock_is_a_hang_naming_each_stage_the_whole_model_on_a_stage_and_d
 
 
 def test_a_rank_compiles_a_program_once_runs_it_afresh_in_every_case_and_drops_it_for_the_next() -> None:
-    """Every case of a question sends a rank the same program: it is compiled once, and each case's
-    modules are its own (a class attribute a case changed is the starter's again in the next).  A
-    program of another question, which holds the grader's answer to this one, is let go as soon as
-    this question's program is compiled, before any of its student code runs."""
+    """Every case of a question sends a rank the same program: each statement is compiled once, and
+    each case's modules are its own (a class attribute a case changed is the starter's again in the
+    next).  A program of another question, which holds the grader's answer to this one, is let go as
+    soon as this question's program is read, before any of its student code runs."""
     import gc
     import weakref
 
@@ -90,20 +90,20 @@ def test_a_rank_compiles_a_program_once_runs_it_afresh_in_every_case_and_drops_i
 
     text = (REFERENCE / "report.md").read_text()
     report = str(REFERENCE / "report.md")
-    q5 = program(text, "Q5")["program"]
-    compiled = bodies._compiled(q5, report)
-    assert bodies._compiled(q5, report) is compiled
-    first, second = (bodies._module("pipeline_parallel", compiled["pipeline"]) for _ in range(2))
+    q5 = bodies._program(program(text, "Q5")["program"], report)
+    assert bodies._program(program(text, "Q5")["program"], report) is q5
+    first, second = (bodies._module("pipeline_parallel", q5, "pipeline") for _ in range(2))
     first.PipelineStage.changed_by_a_case = True
     assert first.PipelineStage is not second.PipelineStage
     assert not hasattr(second.PipelineStage, "changed_by_a_case")
+    assert first.distribute_layers.__code__ is second.distribute_layers.__code__  # compiled once
     assert second.distribute_layers.__code__.co_filename == report  # the student's Q5 answer, named as theirs
 
-    grader_q8 = [weakref.ref(code) for _, code in bodies._compiled(program(text, "Q7")["program"], report)["main"]]
-    del compiled, first, second
-    bodies._compiled(program(text, "Q8")["program"], report)
+    q7 = weakref.ref(bodies._program(program(text, "Q7")["program"], report))  # the grader's Q8 loop is in it
+    del q5, first, second
+    bodies._program(program(text, "Q8")["program"], report)
     gc.collect()
-    assert all(ref() is None for ref in grader_q8)  # the Q7 case's program, the grader's Q8 loop in it, is gone
+    assert q7() is None
 
 
 def test_a_rank_holds_no_session_module_and_no_answer_of_the_grader() -> None:

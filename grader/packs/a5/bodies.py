@@ -43,31 +43,41 @@ UP_TO_Q3 = ("init", "q2", "data", "model", "q3")
 
 #: the starter file each part of a program comes from, for the code objects of its lines
 PARTS = {"model": "model.py", "pipeline": "pipeline_parallel.py", "main": "test.py"}
-Compiled = dict[str, list[tuple[ast.stmt, CodeType]]]  # part -> its statements, each with its code
+
+
+class _Program:
+    """A case's program: its statements by part, each compiled the first time it runs and kept.
+
+    Every case of a question sends this rank the same program, and reading and compiling it again
+    was 6 ms of each ``Run`` (several a case).  A statement is still compiled only when it first
+    runs, as before, and code objects are immutable: each ``Run`` executes them into namespaces of
+    its own."""
+
+    def __init__(self, text: str, report_file: str) -> None:
+        self.parts = tree.loads(text)
+        self.report_file = report_file
+        self._code: dict[int, CodeType] = {}  # id of a statement of ``parts`` -> its code
+
+    def code(self, stmt: ast.stmt, part: str) -> CodeType:
+        code = self._code.get(id(stmt))
+        if code is None:
+            filename = self.report_file if _from_report(stmt) else STARTER_FILE.format(PARTS[part])
+            code = self._code[id(stmt)] = compile(ast.Module(body=[stmt], type_ignores=[]), filename, "exec")
+        return code
 
 
 @functools.lru_cache(maxsize=1)
-def _compiled(program: str, report_file: str) -> Compiled:
-    """A program's statements, each compiled once: every case of a question sends this rank the same
-    program, and reading and compiling it again was 6 ms of each ``Run`` (several a case).  Code
-    objects are immutable: each ``Run`` still executes them into namespaces of its own.
-
-    Only the current program is kept: another question's holds the grader's answer to this one
-    (``a5_steal_q8_answer``), and it is let go when this case's program is compiled, before any of
-    the case's student code runs."""
-    parts = tree.loads(program)
-    return {part: [(stmt, _compile(stmt, report_file, PARTS[part])) for stmt in parts[part]] for part in PARTS}
+def _program(text: str, report_file: str) -> _Program:
+    """The current case's program.  Only the current one is kept: another question's holds the
+    grader's answer to this one (``a5_steal_q8_answer``), and it is let go when this case's program
+    is read, before any of the case's student code runs."""
+    return _Program(text, report_file)
 
 
-def _compile(stmt: ast.stmt, report_file: str, starter: str) -> CodeType:
-    filename = report_file if _from_report(stmt) else STARTER_FILE.format(starter)
-    return compile(ast.Module(body=[stmt], type_ignores=[]), filename, "exec")
-
-
-def _module(name: str, compiled: list[tuple[ast.stmt, CodeType]]) -> types.ModuleType:
+def _module(name: str, program: _Program, part: str) -> types.ModuleType:
     module = types.ModuleType(name)
-    for _, code in compiled:
-        exec(code, vars(module))
+    for stmt in program.parts[part]:
+        exec(program.code(stmt, part), vars(module))
     return module
 
 
@@ -150,10 +160,9 @@ class Run:
     def __init__(self, student: Any, params: dict[str, Any], t: Tensors) -> None:
         if "program" not in params:
             raise NotImplementedError(params.get("unplaced", "the grader sent no program for this case"))
-        program = _compiled(params["program"], os.path.join(student.sandbox, REPORT))
-        self.main = program["main"]
-        model = _module("model", program["model"])
-        self.pipeline = _module("pipeline_parallel", program["pipeline"])
+        self.program = _program(params["program"], os.path.join(student.sandbox, REPORT))
+        model = _module("model", self.program, "model")
+        self.pipeline = _module("pipeline_parallel", self.program, "pipeline")
         ws, rank = dist.get_world_size(), dist.get_rank()
         env = {"WORLD_SIZE": str(ws), "RANK": str(rank), "LOCAL_RANK": str(rank)}
         self.ns: dict[str, Any] = {
@@ -180,7 +189,7 @@ class Run:
         a ``checks`` segment an AssertionError is the answer (it is recorded, and the rest runs)."""
         raised: dict[str, bool] = {}
         done: set[str] = set()
-        for stmt, code in self.main:
+        for stmt in self.program.parts["main"]:
             name = segment(stmt)
             if name not in segments:
                 continue
@@ -189,7 +198,7 @@ class Run:
                 if before and name in before:
                     before[name]()
             try:
-                exec(code, self.ns)
+                exec(self.program.code(stmt, "main"), self.ns)
             except AssertionError:
                 if name not in checks:
                     raise
