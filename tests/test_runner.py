@@ -27,7 +27,7 @@ def test_the_wait_returns_the_sessions_exit_status() -> None:
     assert proc.returncode == 3  # reaped: no zombie is left behind
 
 
-def test_a_session_that_ended_before_the_wait_is_seen_at_once() -> None:
+def test_a_session_that_ended_before_the_wait_still_gives_its_status() -> None:
     proc = child("pass")
     while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
         time.sleep(0.01)  # until it has exited; WNOWAIT leaves it unreaped, for the wait to find
