@@ -94,7 +94,6 @@ class FakeGroup:
     cases = 0
     lost = 0
     launched: ClassVar[list[int]] = []  # world sizes, in launch order
-    killed: ClassVar[list[int]] = []  # world sizes, in kill order
 
     def __init__(self, world_size: int, *args: Any) -> None:
         self.world_size, self.alive, self.layers = world_size, False, {}
@@ -111,7 +110,7 @@ class FakeGroup:
         self.alive = True
 
     def kill(self) -> None:
-        FakeGroup.killed.append(self.world_size)
+        pass
 
     def close(self) -> None:
         self.alive = False
@@ -148,26 +147,24 @@ def session(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> plugin.MatrixSes
 
     monkeypatch.setattr(launcher, "RankGroup", FakeGroup)
     FakeGroup.starts = FakeGroup.failures = FakeGroup.cases = FakeGroup.lost = 0
-    FakeGroup.launched, FakeGroup.killed = [], []
+    FakeGroup.launched = []
     s = object.__new__(plugin.MatrixSession)
     s.pack, s.limits, s.groups, s.calibration = FakePack(), Limits(), {}, {2: 0.01}
     s.start_failures, s.import_failures, s.layers, s.failed_functions = {}, {}, {}, set()
     s.student_code_ran, s.sandbox, s.student = False, None, {}
     s.zygote, s.sandboxing, s.pool, s.fresh_groups = object(), object(), None, {}  # FakeGroup needs neither
     s.launched, s.timeline, s.mode = {}, Timeline(0.0), Mode("full", "root")
-    s.last_of, s.retired = {}, []
     s.config = SimpleNamespace(ledger=str(tmp_path / "ledger.jsonl"))
     return s
 
 
-def prepared_groups(session: plugin.MatrixSession, sizes: list[int]) -> list[Case]:
+def prepared_groups(session: plugin.MatrixSession, sizes: list[int]) -> None:
     """``session.prepare_groups`` for allreduce cases of these world sizes, in this order."""
-    cases = [Case("test_allreduce", f"ws{n}-{i}", n, "allreduce", {}) for i, n in enumerate(sizes)]
+    cases = [Case("test_allreduce", f"ws{n}", n, "allreduce", {}) for n in sizes]
     session.pack.cases = lambda: cases  # type: ignore[attr-defined]
     session._precheck = lambda module: None  # type: ignore[method-assign]
     session.calibration = dict.fromkeys(sizes, 0.01)
     session.prepare_groups([case.name for case in cases])
-    return cases
 
 
 def test_every_group_is_started_before_the_first_case_and_the_cases_take_them(
@@ -187,35 +184,6 @@ def test_a_group_that_failed_to_start_before_the_cases_is_started_again_when_nee
     prepared_groups(session, [2])
     assert session.launched == {}  # it did not come up: nothing is kept of it
     assert session._group(session.groups, 2).alive and FakeGroup.launched == [2, 2] and FakeGroup.starts == 2
-
-
-def test_a_group_dies_once_its_last_case_has_run_and_is_closed_with_the_others(
-    session: plugin.MatrixSession, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """Issue 23: the ranks of a world size no later case needs are killed when its last case ends,
-    so that their exits overlap the cases left; the session's close still waits for every one."""
-    from grader.limits import Limits
-
-    cases = prepared_groups(session, [2, 3, 2])
-    session.pack.prepare = lambda case, salt: PREPARED  # type: ignore[attr-defined]
-    session.pack.judge = None  # type: ignore[attr-defined]
-    session._allowed = lambda case: frozenset()  # type: ignore[method-assign]
-    monkeypatch.setattr(verdicts, "decide", lambda *args: verdicts.Decision(Verdict.PASS, ""))
-    session.hung, session.clip, session.config.salt = {}, Limits().clipper(), "salt"  # type: ignore[attr-defined]
-    groups = lambda: [*session.groups.values(), *session.launched.values(), *session.retired]  # noqa: E731
-    alive = lambda: sorted(g.world_size for g in groups() if g.alive)  # noqa: E731
-
-    session.check(cases[0], lambda name, value: None)
-    assert FakeGroup.killed == [] and alive() == [2, 3]  # both world sizes have a case to come
-    session.check(cases[1], lambda name, value: None)
-    assert FakeGroup.killed == [3] and 3 not in session.groups  # its last case: killed, not yet waited for
-    session.check(cases[2], lambda name, value: None)
-    assert FakeGroup.killed == [3, 2] and session.groups == {}
-
-    session.zygote = session.sandboxing = None
-    session.config.isolation_report, session.config.timeline = str(tmp_path / "isolation.json"), ""  # type: ignore[attr-defined]
-    session.close()
-    assert alive() == [] and FakeGroup.launched == [2, 3]  # closed with the rest; none started twice
 
 
 def test_a_case_whose_capture_lost_packets_runs_again_in_a_fresh_group(session: plugin.MatrixSession) -> None:

@@ -98,9 +98,6 @@ class MatrixSession:
         #: rank processes -> the group a Handoff's second step runs in: fresh ranks that run nothing else
         self.fresh_groups: dict[int, Any] = {}
         self.launched: dict[tuple[bool, int], Any] = {}  # (fresh, rank processes) -> started before the cases
-        #: case name -> the groups (fresh, rank processes) no later case runs in (``prepare_groups``)
-        self.last_of: dict[str, list[tuple[bool, int]]] = {}
-        self.retired: list[Any] = []  # groups killed after their last case, closed with the rest
         self.import_failures: dict[str, tuple[Verdict, str]] = {}
         self.start_failures: dict[int, str] = {}  # rank processes -> why their group could not start
         self.layers: dict[str, str] = {**config.layers, **self.mode.layers(self.pool.method if self.pool else "")}
@@ -162,7 +159,6 @@ class MatrixSession:
         with open(self.config.ledger, "a") as ledger:
             ledger.write(json.dumps({"case": case.name, "verdict": decision.verdict.value}) + "\n")
         self.timeline.case_ended(time.monotonic(), started, groups_before)
-        self._retire(case.name)
         if decision.verdict is not Verdict.PASS:
             details = f"\n{details}" if details else ""
             pytest.fail(f"[{decision.verdict.value}] {message}{details}", pytrace=False)
@@ -269,36 +265,19 @@ class MatrixSession:
         if self.pool is not None:
             return
         cases = {case.name: case for case in self.pack.cases()}
-        last: dict[tuple[bool, int], str] = {}
         for name in names:
             case = cases.get(name)
             if case is None or self._precheck(self.pack.module_of[case.kind]) is not None:
                 continue
             for key in case.rank_groups(self.pack.handoffs):
-                last[key] = name
                 if key not in self.launched:
                     self.launched[key] = self._new_group(key[1])
                     self.launched[key].launch()
-        for key, name in last.items():
-            self.last_of.setdefault(name, []).append(key)
         for key, group in list(self.launched.items()):
             try:
                 group.wait_ready()
             except GroupStartError:
                 del self.launched[key]  # closed where it failed
-
-    def _retire(self, name: str) -> None:
-        """Kill the groups that no case after ``name`` runs in, as soon as it ends (issue 23): their
-        ranks' exits, the kernel tearing down a torch process's memory, then overlap the cases left
-        instead of all coming at the session's end.  Only killed here, which does not wait: ``close``
-        waits for them and removes what they leave.  A group a later case needs after all (a start
-        that failed) is started again by ``_group``, as any group that is gone."""
-        for fresh, size in self.last_of.pop(name, []):
-            groups = self.fresh_groups if fresh else self.groups
-            for group in (groups.pop(size, None), self.launched.pop((fresh, size), None)):
-                if group is not None and group.alive:
-                    group.kill()
-                    self.retired.append(group)
 
     def _group(self, groups: dict[int, Any], size: int) -> Any:
         """The live group of ``size`` rank processes (``Case.processes``: the world size, but for a
@@ -393,8 +372,7 @@ class MatrixSession:
         """Kill every group, then close them side by side: most of a close is waiting (for the ranks to
         die, and for the kernel to let go of the group's packet socket, an RCU grace period each), and
         A9's eleven groups closed one after another took 0.2 s of every grading (issue 23)."""
-        everything = [*self.groups.values(), *self.fresh_groups.values(), *self.launched.values(), *self.retired]
-        live = [g for g in everything if g.alive]
+        live = [g for g in [*self.groups.values(), *self.fresh_groups.values(), *self.launched.values()] if g.alive]
         for group in live:
             group.kill()  # here, one at a time: it may still read the zygote's answer for its leader
         with ThreadPoolExecutor(max_workers=max(1, len(live))) as closing:

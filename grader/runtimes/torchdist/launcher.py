@@ -129,7 +129,6 @@ class RankGroup(GroupLifecycle):
         #: next case's baseline, since nothing runs in a rank between two cases
         self._memory: list[MemoryEvents] = []
         self.pid_namespace = "off: the group's leader did not say"  # what the leader reports
-        self._killed = False  # signalled once: a dead leader's pid may be reaped and reused later
         self.alive = False
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -302,10 +301,9 @@ class RankGroup(GroupLifecycle):
         # namespace; without one, init (the leader itself) kills its descendants on SIGTERM.
         with contextlib.suppress(OSError):
             self._take_leader()
-        if self._leader and not self._killed:
+        if self._leader:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self._leader, signal.SIGKILL if self.pid_namespace == "on" else signal.SIGTERM)
-            self._killed = True
 
     @staticmethod
     def _wait_gone(pids: list[int], timeout: float = 5.0) -> None:
