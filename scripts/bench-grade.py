@@ -14,7 +14,9 @@ v1 or v2): that figure says how far two cores can go, whatever the wall time say
     python3 scripts/bench-grade.py --against before=/path/to/old-checkout/.venv/bin/python a9   # before/after
 
 Measure on an idle machine: wall times move with the load, and only figures taken in one run of this
-script compare.
+script compare.  With ``--against``, each run grades with every interpreter back to back, and the
+wall times of each such pair are compared too: this machine's speed drifts by 20% within an hour,
+and a pair taken a few seconds apart cancels most of that drift, which two medians do not.
 """
 
 from __future__ import annotations
@@ -135,6 +137,17 @@ def main() -> int:
         medians = {c: statistics.median(r[c] for r in runs) for c in columns}
         cells = [f"{v:g}" if c in ("cases", "points") else f"{v:.2f}" for c, v in medians.items()]
         print(f"| {name} | " + " | ".join(cells) + " |")
+    for who in [who for who in pythons if who]:  # each run's two gradings ran back to back: compare them
+        for pack in args.packs:
+            for runtime in runtimes:
+                ours, theirs = rows[label[(pack, runtime, "")]], rows[label[(pack, runtime, who)]]
+                diffs = [a["wall"] - b["wall"] for a, b in zip(ours, theirs, strict=True)]
+                where = " ".join([pack, *([runtime] if len(runtimes) > 1 else [])])
+                print(
+                    f"{where}, this minus {who}, run by run: wall {statistics.median(diffs):+.2f} s (median), "
+                    f"from {min(diffs):+.2f} to {max(diffs):+.2f}; this faster in {sum(d < 0 for d in diffs)} "
+                    f"of {len(diffs)}"
+                )
     return 0
 
 
