@@ -137,17 +137,16 @@ def main() -> int:
         medians = {c: statistics.median(r[c] for r in runs) for c in columns}
         cells = [f"{v:g}" if c in ("cases", "points") else f"{v:.2f}" for c, v in medians.items()]
         print(f"| {name} | " + " | ".join(cells) + " |")
-    for who in [who for who in pythons if who]:  # each run's two gradings ran back to back: compare them
-        for pack in args.packs:
-            for runtime in runtimes:
-                ours, theirs = rows[label[(pack, runtime, "")]], rows[label[(pack, runtime, who)]]
-                diffs = [a["wall"] - b["wall"] for a, b in zip(ours, theirs, strict=True)]
-                where = " ".join([pack, *([runtime] if len(runtimes) > 1 else [])])
-                print(
-                    f"{where}, this minus {who}, run by run: wall {statistics.median(diffs):+.2f} s (median), "
-                    f"from {min(diffs):+.2f} to {max(diffs):+.2f}; this faster in {sum(d < 0 for d in diffs)} "
-                    f"of {len(diffs)}"
-                )
+    for (pack, runtime, who), name in label.items():  # each run's gradings ran back to back: compare them
+        if not who:
+            continue
+        ours = rows[label[(pack, runtime, "")]]
+        diffs = [a["wall"] - b["wall"] for a, b in zip(ours, rows[name], strict=True)]
+        print(
+            f"{row_name(pack, runtime, '')}, minus {who}, run by run: wall {statistics.median(diffs):+.2f} s "
+            f"(median), from {min(diffs):+.2f} to {max(diffs):+.2f}; faster in {sum(d < 0 for d in diffs)} "
+            f"of {len(diffs)}"
+        )
     return 0
 
 
