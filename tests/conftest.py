@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,3 +78,19 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Graded]:
         return done[tree]
 
     return grade
+
+
+@pytest.fixture(params=["idle", "contended"])
+def load(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The machine as a test finds it ("idle"), or with a process spinning on every core beside the
+    grading ("contended"): a verdict that may follow the machine's load is asserted under both (issue 43)."""
+    spinners = []
+    if request.param == "contended":
+        spin = [sys.executable, "-I", "-c", "while True: pass"]
+        spinners = [subprocess.Popen(spin) for _ in range(os.cpu_count() or 1)]
+    try:
+        yield request.param
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()

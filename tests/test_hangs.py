@@ -10,12 +10,13 @@ hang says whether each rank was spinning, idle, or blocked in a receive.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from grader.matrix.budgets import CALIBRATION_BYTES, case_budget
+from grader.matrix.budgets import CALIBRATION_BYTES, FLOWING_S, MAX_STRETCH, case_budget, out_of_time
 from grader.packs.a9 import catalog
 from grader.runner import run_matrix
 from grader.scoring import read_junit
@@ -64,6 +65,25 @@ def test_a_budget_is_the_floor_plus_a_multiple_of_what_the_graders_collective_ne
     assert case_budget(LIMITS, None, 80) == 10.0  # no calibration: the ceiling
 
 
+def test_a_case_is_stopped_when_it_used_its_own_time_not_the_machines() -> None:
+    """Past its budget, a case is stopped once its own share of the machine used the budget up; other
+    programs' share is given back, up to MAX_STRETCH times the budget; a case whose messages are still
+    crossing the wire runs on to the ceiling; nothing runs past the ceiling (issue 43)."""
+    budget, quiet, flowing = 1.5, float("inf"), FLOWING_S / 2
+
+    def own(share: float) -> Callable[[float], float]:  # the case had ``share`` of the machine
+        return lambda wall: wall * share
+
+    assert not out_of_time(LIMITS, budget, 1.4, own(0.1), quiet)  # within the budget, whatever the load
+    assert out_of_time(LIMITS, budget, 1.6, own(1.0), quiet)  # an idle machine: the budget is wall time
+    assert not out_of_time(LIMITS, budget, 2.9, own(0.5), quiet)  # others took half: 1.45 s were its own
+    assert out_of_time(LIMITS, budget, 3.1, own(0.5), quiet)
+    assert out_of_time(LIMITS, budget, budget * MAX_STRETCH + 0.1, own(0.01), quiet)  # a loaded machine's cap
+    assert not out_of_time(LIMITS, budget, 9.9, own(1.0), flowing)  # still exchanging: up to the ceiling
+    assert out_of_time(LIMITS, budget, 10.1, own(0.01), flowing)
+    assert out_of_time(LIMITS, 12.0, 12.1, own(0.01), flowing)  # a budget at the ceiling ends there
+
+
 # --------------------------------------------------------------------------- the skip rule
 
 SPIN_AT_WS3 = body_start("my_allgather", "    while dist.get_world_size() == 3:\n        pass\n")
@@ -82,7 +102,7 @@ def test_a_hang_at_one_world_size_skips_the_rest_of_that_world_size_only(tmp_pat
     assert {results[c][0] for c in others} == {"pass"}
 
 
-def test_a_hang_says_whether_each_rank_was_spinning_idle_or_blocked(tmp_path: Path) -> None:
+def test_a_hang_says_whether_each_rank_was_spinning_idle_or_blocked(tmp_path: Path, load: str) -> None:
     sleeps = body_start("my_broadcast", "    if dist.get_rank() == 0:\n        __import__('time').sleep(3600)\n")
     only = ["test_allgather[ws3-float32-4x5]", "test_broadcast[ws2-src1-float32-4x5]"]
     box = sandbox(tmp_path, {"src/collectives.py": SPIN_AT_WS3})
@@ -106,7 +126,7 @@ def test_a_hang_says_whether_each_rank_was_spinning_idle_or_blocked(tmp_path: Pa
 TEN_TIMES = "    for _ in range(9):  # ten times the work: slow, and still right\n        _ring_allreduce(t.clone())\n"
 
 
-def test_a_correct_solution_ten_times_slower_than_the_reference_still_passes(tmp_path: Path) -> None:
+def test_a_correct_solution_ten_times_slower_than_the_reference_still_passes(tmp_path: Path, load: str) -> None:
     source = (ROOT / "reference" / "a9" / "src" / "collectives.py").read_text()
     old = "def my_allreduce(tensor: torch.Tensor) -> torch.Tensor:\n"
     assert source.count(old) == 1

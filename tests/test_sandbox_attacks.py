@@ -159,10 +159,11 @@ def test_no_channel_beside_gloos_streams_carries_data(tmp_path: Path, function: 
     assert all("PermissionError: [Errno 1] Operation not permitted" in c.message for c in cases.values())
 
 
-def test_a_flood_and_a_hidden_collective_never_pass(tmp_path: Path) -> None:
+def test_a_flood_and_a_hidden_collective_never_pass(tmp_path: Path, load: str) -> None:
     """Issue 20, class 2: the loopback flooded, then a forbidden all_to_all through another module's
     attributes: measured, the collective is tampering; lost, the case runs again and a lost
-    measurement is tampering too.  Either way, never a pass."""
+    measurement is tampering too.  Either way, never a pass, and the same verdict on a loaded machine:
+    while the flood's messages cross the wire the case is making progress, not hanging (issue 43)."""
     cases = matrix(
         tmp_path, CORPUS / "flood_hidden_all_to_all", ("test_all_to_all[ws2-s0g0", "test_all_to_all[ws4-s0g0")
     )
@@ -170,7 +171,7 @@ def test_a_flood_and_a_hidden_collective_never_pass(tmp_path: Path) -> None:
     assert all("all_to_all ran" in c.message or "could not measure" in c.message for c in cases.values())
 
 
-def test_a_thread_left_running_ends_with_its_case(tmp_path: Path) -> None:
+def test_a_thread_left_running_ends_with_its_case(tmp_path: Path, load: str) -> None:
     """A thread the submission leaves spinning is named, and its ranks are replaced, so no later case
     runs beside it: right values still pass."""
     cases = matrix(tmp_path, CORPUS / "thread_outlives_case", ("test_allgather[ws2-", "test_broadcast[ws2-src0-"))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import select
 import shutil
@@ -36,6 +37,7 @@ import torch
 
 from grader import tempdirs
 from grader.limits import Limits
+from grader.matrix.budgets import out_of_time
 from grader.runtimes.torchdist import procfs, replies
 from grader.runtimes.torchdist.runs import (
     CappedOutput,
@@ -384,6 +386,8 @@ class RankGroup(GroupLifecycle):
         failed_at: float | None = None
         capture = self._capture
         capture_due = 0.0  # before then the capture's packets wait in its buffer
+        own = procfs.OwnTime([rk.pid for rk in self._ranks]) if expect == "case" else None  # what a budget counts
+        flowed = -math.inf  # when the capture last saw a packet
         while any(rep is None for rep in reports):
             rlist = [rk.output for rk in self._ranks] + [self._report]
             rlist += [rk.result for r, rk in enumerate(self._ranks) if reports[r] is None]
@@ -398,6 +402,7 @@ class RankGroup(GroupLifecycle):
             readable, writable, _ = select.select(rlist, wlist, [], wait)
             if capture is not None and capture.fileno() in readable:
                 capture.drain()
+                flowed = time.monotonic()
                 if capture.holds_bursts:
                     capture_due = time.monotonic() + CAPTURE_EVERY_S
             if self._report in readable:
@@ -446,7 +451,8 @@ class RankGroup(GroupLifecycle):
                         break
             else:
                 window = None
-            if now - t0 > timeout_s:
+            wall, quiet = now - t0, now - flowed
+            if wall > timeout_s and (own is None or out_of_time(self.limits, timeout_s, wall, own.seconds, quiet)):
                 hang = "timeout"
                 break
         unfinished = [r for r in range(n) if reports[r] is None]

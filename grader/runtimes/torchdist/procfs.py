@@ -1,10 +1,11 @@
 """Session side: what /proc says about a rank process, read from outside it (CPU time, runnable
-threads, thread count, children, its pid in its own namespace).  Linux only: the portable runtime
-never calls these."""
+threads, thread count, children, its pid in its own namespace), and how much of the machine a case
+had (:class:`OwnTime`).  Linux only: the portable runtime never calls these."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # Windows: the portable runtime
 
@@ -77,3 +78,42 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(every CPU tick of the machine, the busy ones) since boot, from /proc/stat's first line.  Steal,
+    the time a hypervisor gave another guest, is busy: it is time this machine's processes lost."""
+    with open("/proc/stat") as f:
+        user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in f.readline().split()[1:9])
+    total = user + nice + system + idle + iowait + irq + softirq + steal
+    return total, total - idle - iowait
+
+
+class OwnTime:
+    """How much of a case's wall time was the case's own: the wall time less the share of the machine's
+    CPU that everything outside the case took meanwhile (other programs, another guest of the host).
+
+    A case's budget is counted in this time, so a case that ends within its budget on an idle machine
+    ends within it on a loaded or noisy one too, and its verdict does not follow the machine's load
+    (issue 43: a flooded case was ``tampering`` on one machine and ``hang`` on a slower one).  What the
+    case's own processes use (``pids``: its ranks; and this process, which reads their capture) is
+    theirs, however many of them share the cores: the budget's calibration ran in the same group."""
+
+    def __init__(self, pids: Sequence[int]) -> None:
+        self._last = {pid: max(0, ticks(pid)) for pid in pids}
+        self._total, self._busy = machine_ticks()
+        self._ours = sum(self._last.values())
+
+    def _used(self) -> int:
+        """Ticks the case's processes used so far; a process that ended keeps its last reading."""
+        for pid in self._last:
+            self._last[pid] = max(self._last[pid], ticks(pid))
+        return sum(self._last.values())
+
+    def seconds(self, wall: float) -> float:
+        """The part of ``wall`` seconds (since this object was made) that was the case's own."""
+        total, busy = machine_ticks()
+        if total <= self._total:
+            return wall
+        others = max(0, (busy - self._busy) - (self._used() - self._ours))
+        return wall * max(0.0, 1.0 - others / (total - self._total))
