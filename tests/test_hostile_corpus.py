@@ -15,6 +15,12 @@ process of ours started before the run is still alive.
 
 ``max_seconds`` is about ten times an entry's time on an idle 2-core machine and always below the
 rubric's ``total_timeout_s`` (600): a grading that only ends by running into its overall timeout fails.
+
+CI's container stage (``scripts/ci-container-stage.sh``) grades most entries in containers first, and
+hands the suite its output folder (``GRADER_CONTAINER_STAGE``).  An entry graded there is checked here on
+that grading, with every assertion below but those about this host's processes (a container's end takes
+its processes with it), instead of being graded a second time (issue 43).  An entry whose question only a
+grading on this host answers says why in its ``expected.json`` (``local``), and is always graded here.
 """
 
 from __future__ import annotations
@@ -67,12 +73,30 @@ def marked_processes() -> list[str]:
     return found
 
 
+def container_graded(name: str, expected: dict[str, Any]) -> Path | None:
+    """The container stage's output folder for this entry, when CI handed it to the suite, the stage
+    graded the entry, and the entry asks nothing only a grading on this host answers."""
+    stage = os.environ.get("GRADER_CONTAINER_STAGE")
+    if not stage or "local" in expected:
+        return None
+    out = Path(stage) / name
+    return out if (out / "results.json").is_file() else None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ENTRIES)
 def test_hostile_entry(name: str, tmp_path: Path) -> None:
     entry = CORPUS / name
     expected = json.loads((entry / "expected.json").read_text())
-    out = tmp_path / "out"
+    out = container_graded(name, expected)
+    if out is None:
+        out = tmp_path / "out"
+        grade_here(name, entry, expected, out, tmp_path)
+    check_outputs(name, expected, out)
+
+
+def grade_here(name: str, entry: Path, expected: dict[str, Any], out: Path, tmp_path: Path) -> None:
+    """Grade the entry on this host: the grader survives it, and nothing it started outlives it."""
     submission = build(entry, tmp_path)
     args = ["grade", str(submission), "--out", str(out), "--format", "json", *expected.get("args", [])]
     sentinel = subprocess.Popen(["sleep", "600"])
@@ -97,6 +121,11 @@ def test_hostile_entry(name: str, tmp_path: Path) -> None:
         sentinel.wait()
         if submission != entry:  # rm copes with a tree too deep for shutil.rmtree
             subprocess.run(["rm", "-rf", str(submission)], check=True)
+    assert marked_processes() == [], f"{name}: processes outlived the grading"
+
+
+def check_outputs(name: str, expected: dict[str, Any], out: Path) -> None:
+    """What the grading wrote: every output, valid UTF-8 and small, and exactly the expected scores."""
     for output in OUTPUTS:
         (out / output).read_bytes().decode("utf-8")  # written, and valid UTF-8 whatever the names held
     result = json.loads((out / "results.json").read_text())
@@ -113,4 +142,3 @@ def test_hostile_entry(name: str, tmp_path: Path) -> None:
         assert (out / output).stat().st_size <= bound, f"{name}: {output} holds {(out / output).stat().st_size} bytes"
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     assert size < MAX_OUT_BYTES, f"{name}: the output directory holds {size} bytes"
-    assert marked_processes() == [], f"{name}: processes outlived the grading"

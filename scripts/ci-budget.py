@@ -1,0 +1,61 @@
+"""CI's time budget, printed at the end of ``.ci/run``: the whole run, each stage, the suite's ten
+slowest tests, and a word when the run took longer than the budget (issue 43).
+
+The budget is 30 minutes on the 2-core machine CI runs on; CI's hard limit is 90.  A run over the
+budget is reported, never failed: a noisy machine must not block a right submission, but whoever
+slowed the suite sees it before the landing does.
+
+    python3 scripts/ci-budget.py --junit JUNIT_XML --total SECONDS STAGE=SECONDS ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+BUDGET_S = 30 * 60
+
+
+def slowest(junit: Path, n: int = 10) -> list[tuple[float, str]]:
+    """The ``n`` slowest test cases of a pytest JUnit file, with their seconds (none if unreadable)."""
+    try:
+        root = ET.parse(junit).getroot()
+    except (OSError, ET.ParseError):
+        return []
+    cases = [
+        (float(case.get("time") or 0.0), f"{case.get('classname', '')}::{case.get('name', '')}")
+        for case in root.iter("testcase")
+    ]
+    return sorted(cases, reverse=True)[:n]
+
+
+def minutes(seconds: float) -> str:
+    return f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--junit", type=Path, required=True)
+    parser.add_argument("--total", type=float, required=True)
+    parser.add_argument("stages", nargs="*", help="NAME=SECONDS, in the order they ran")
+    args = parser.parse_args(argv)
+    print(f"[ci-budget] .ci/run took {minutes(args.total)} (budget {minutes(BUDGET_S)}, limit 90:00)")
+    for stage in args.stages:
+        name, _, seconds = stage.rpartition("=")
+        print(f"[ci-budget]   {minutes(float(seconds)):>6}  {name}")
+    tests = slowest(args.junit)
+    if tests:
+        print("[ci-budget] the ten slowest tests:")
+        for seconds, name in tests:
+            print(f"[ci-budget]   {seconds:7.1f} s  {name}")
+    if args.total > BUDGET_S:
+        print(
+            f"[ci-budget] OVER BUDGET: {minutes(args.total)} is more than {minutes(BUDGET_S)}; "
+            "find what slowed it in the stages and tests above (README's Measurements has the last table)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
