@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from grader.packs.a9 import catalog
 from grader.runner import run_matrix
 from grader.scoring import read_junit
+
+if TYPE_CHECKING:
+    from tests.conftest import Graded
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["src/collectives.py", "src/transformer.py"]
@@ -63,27 +68,31 @@ def test_case_ids_are_readable() -> None:
 
 @pytest.fixture(scope="module")
 def naive_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
-    """The whole matrix of reference/a9-naive, run once for the module: every case passes, and four
-    more runs give the same verdicts."""
+    """The whole matrix of reference/a9-naive under one salt, run once for the module: the baseline four
+    more runs under the same salt must repeat exactly."""
     tmp = tmp_path_factory.mktemp("naive")
     return verdicts(tmp, sandbox_of(tmp, ROOT / "reference/a9-naive"))
 
 
+def graded_verdicts(graded: Callable[[str], Graded], tree: str) -> dict[str, tuple[str, str]]:
+    """Every case's verdict and message in the session's grading of ``tree`` (``graded`` in conftest):
+    the same matrix, graded once for every test that reads it (issue 43)."""
+    cases = read_junit(graded(tree).out / "junit.xml")
+    return {name: (case.verdict.value, case.message) for name, case in cases.items()}
+
+
 @pytest.mark.parametrize("tree", ["reference/a9", "reference/a9-naive"])
-def test_reference_trees_pass_every_case(tmp_path: Path, tree: str, request: pytest.FixtureRequest) -> None:
+def test_reference_trees_pass_every_case(tree: str, graded: Callable[[str], Graded]) -> None:
     if not (ROOT / tree / "src" / "transformer.py").exists():
         pytest.fail(f"{tree} is missing")
-    if tree == "reference/a9-naive":
-        results = request.getfixturevalue("naive_run")
-    else:
-        results = verdicts(tmp_path, sandbox_of(tmp_path, ROOT / tree))
+    results = graded_verdicts(graded, tree)
     failing = {name: v for name, v in results.items() if v[0] != "pass"}
     assert failing == {}
     assert len(results) == len(catalog.all_case_ids())
 
 
-def test_untouched_template_fails_every_case_as_not_implemented(tmp_path: Path) -> None:
-    results = verdicts(tmp_path, sandbox_of(tmp_path, ROOT / "student_template" / "a9"))
+def test_untouched_template_fails_every_case_as_not_implemented(graded: Callable[[str], Graded]) -> None:
+    results = graded_verdicts(graded, "student_template/a9")
     assert {v for v, _ in results.values()} == {"not_implemented"}
     assert all("not implemented yet" in message for _, message in results.values())
 
