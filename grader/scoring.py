@@ -206,7 +206,8 @@ def score(
         lateness=lateness(rubric.late, late),
         findings=list(findings),
         cases=[scorer.outcome(c) for c in scorer.cases.values()],
-        notes=[
+        notes=submission.notes
+        + [
             check_advice(submission_root, rubric.deliverables[a.deliverable].any_of, a.title, a.expect)
             for a in rubric.advice
         ]
