@@ -13,6 +13,7 @@ import re
 import textwrap
 from dataclasses import dataclass
 
+from grader.handin.ipython import as_python
 from grader.handin.report import CodeBlock
 
 #: info strings that say a block is not Python (output, shell, a shape written as text is still tried)
@@ -108,6 +109,7 @@ def parse_block(text: str) -> tuple[list[ast.stmt] | None, str]:
     """A block's statements with GPU idioms mapped, or None and why it does not parse."""
     source = textwrap.dedent(text.replace("\t", "    "))
     source = "\n".join(line[4:] if line.startswith(">>> ") else line for line in source.splitlines())
+    source = as_python(source)  # a pasted notebook cell's `!` and `%` lines, read as IPython reads them
     error: SyntaxError | None = None
     for attempt in (source, _completed(source)):
         try:
