@@ -66,7 +66,8 @@ TODOS = {
         (
             (
                 "        # Q4: 1. Fetch a batch of data from the dataloader\n        # TODO\n"
-                "        # 2. Move it to the GPU\n        # TODO\n        # 3. Compute the forward pass\n        # TODO\n",
+                "        # 2. Move it to the GPU\n        # TODO\n"
+                "        # 3. Compute the forward pass\n        # TODO\n",
                 "        batch = next(train_dl_iterator)\n        batch = batch.cuda(non_blocking = True)\n"
                 "        output = model(batch)\n",
             ),
@@ -98,15 +99,9 @@ TODOS = {
     ),
     "Q7": Todo(
         "pipeline_parallel.py",
-        (
-            (
-                '        if True: return None  # TODO\n        tensor = torch.empty(shapes, requires_grad=True, device="cpu")\n        src = dist.get_global_rank(pp_process_group, pp_prev_rank)',
-                '        if pp_is_first_stage: return None\n        tensor = torch.empty(shapes, requires_grad=True, device="cpu")\n        src = dist.get_global_rank(pp_process_group, pp_prev_rank)',
-            ),
-            (
-                "        if True: return  # TODO\n        dest = dist.get_global_rank(pp_process_group, pp_next_rank)",
-                "        if pp_is_last_stage: return\n        dest = dist.get_global_rank(pp_process_group, pp_next_rank)",
-            ),
+        (  # the four sites in order: each edit changes the first TODO left
+            ("        if True: return None  # TODO\n", "        if pp_is_first_stage: return None\n"),
+            ("        if True: return  # TODO\n", "        if pp_is_last_stage: return\n"),
             ("        if True: return None  # TODO\n", "        if pp_is_last_stage: return None\n"),
             ("        if True: return  # TODO\n", "        if pp_is_first_stage: return\n"),
         ),
@@ -117,7 +112,8 @@ TODOS = {
         (
             (
                 "        # Q8: 1. Fetch a batch from the dataloader if needed\n        # TODO\n"
-                "        # 2. Move the batch from the dataloader OR the activations from the previous PP stage to the GPU\n"
+                "        # 2. Move the batch from the dataloader OR the activations from the previous PP stage"
+                " to the GPU\n"
                 "        # TODO\n        # 3. Compute the forward pass\n        # TODO\n",
                 "        if train_dl_iterator is not None:\n            stage_input = next(train_dl_iterator)\n"
                 "        else:\n            stage_input = input_tensor\n"

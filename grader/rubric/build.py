@@ -201,7 +201,11 @@ class Builder:
             return DeliverableScoring(value)
         if kind == "written":
             return self.written(value, (*path, "written"), item_id, points)
-        return ManualScoring(**(value or {}))
+        manual = dict(value or {})
+        answer = manual.pop("answer", None)
+        if answer is not None:
+            self.deliverable_exists(answer["deliverable"], (*path, "manual", "answer", "deliverable"), item_id)
+        return ManualScoring(**manual, answer=(answer["deliverable"], answer["question"]) if answer else None)
 
     # -- scoring kinds
 

@@ -229,6 +229,8 @@ class WrittenScoring:
 @dataclass(frozen=True)
 class ManualScoring:
     instructions: str = ""
+    #: (deliverable, question id): where the answer is written; with no words there the item scores 0
+    answer: tuple[str, str] | None = None
 
 
 Scoring = CasesScoring | TraceScoring | DeliverableScoring | WrittenScoring | ManualScoring
