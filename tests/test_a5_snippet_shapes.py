@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,6 +223,7 @@ def meaning(node: ast.AST) -> str:
     return ast.dump(_Meaning().visit(copy.deepcopy(node)))
 
 
+@functools.cache  # the whole function's program is every size's yardstick: spliced once per question
 def program(question: str, snippet: str) -> tuple[str, str]:
     """The spliced starter for ``question`` with ``snippet`` pasted under its heading, as what runs."""
     spliced = splice(read_report(f"## {question}\n\n```python\n{snippet}```\n"), (question,), others=SOLUTION)
