@@ -159,6 +159,9 @@ def check_written(root: Path, candidates: Sequence[str], key: Sequence[WrittenQu
     sections = answer_sections(path.read_text(encoding="utf-8", errors="replace"))
     forms = {qid: read_form(text) for qid, text in sections.items()}
     if not any(fields is not None for fields, _ in forms.values()):
+        if not any(sections.get(question.id, "").split() for question in key):  # silence waits for nobody
+            headings = ", ".join(f"'## {question.id}'" for question in key)
+            return _unmarked(file, False, f"{path.name}: no answer found under {headings}", key, "no answer found")
         message = (
             f"{path.name} has no answer form (a fenced block opened with ```answers under each question's "
             "heading, as in the template): an instructor will mark it"

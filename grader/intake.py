@@ -18,7 +18,12 @@ Where the files are looked for (the *search rule*):
    single repo directory a GitHub Classroom download or a zipped folder wraps the work in.  Two
    candidates at the same depth are a :class:`~grader.errors.UserError` (a class folder passed for
    one submission).
-3. A deliverable is taken from ``<root>/<name>``, else from the one file of that name anywhere
+3. Where no student file has its name and the rubric says what the hand-in holds (``hand_in``),
+   the files below ``<root>`` with a student file's suffix are the candidates
+   (:mod:`grader.candidates`): the only one is taken, of several the one holding the most of the
+   handout's definitions or headings, and a note says which was read and why; without any, the
+   student file is missing and the problem lists what the submission held.
+4. A deliverable is taken from ``<root>/<name>``, else from the one file of that name anywhere
    below ``<root>``.  Deliverables sharing a stem (``x.md``/``x.pdf``) are alternatives: one of
    them present is enough.
 
@@ -51,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING
 
-from grader import gitread
+from grader import candidates, gitread
 from grader.errors import UserError
 from grader.filenames import entries_named, name_matches
 from grader.results import SubmissionInfo
@@ -60,6 +65,7 @@ from grader.text import shown
 
 if TYPE_CHECKING:
     from grader.rubric import Rubric
+    from grader.rubric.model import HandIn
 
 SEARCH_DEPTH = 3  # levels searched for the directory that holds the student files
 MAX_DEPTH = 64  # folder levels searched for a deliverable, and kept from an archive
@@ -101,6 +107,7 @@ class _Budget:
     used: int = 0  # bytes copied into the sandbox
     looked_at: int = 0  # directory entries scanned, against MAX_ENTRIES
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # how a file was found, when not by its name
 
     def note(self, problem: str) -> None:
         """Record a problem once, however many times it is met."""
@@ -126,6 +133,7 @@ def take(
         max_total_bytes=rubric.limits.submission_mb << 20,
         submitted_at=submitted_at,
         trust_commit_time=trust_commit_time,
+        hand_in=rubric.hand_in,
     )
 
 
@@ -138,13 +146,15 @@ def materialize(
     max_total_bytes: int,
     submitted_at: SubmittedAt | None = None,
     trust_commit_time: bool = False,
+    hand_in: HandIn | None = None,
 ) -> Intake:
     """Build the sandbox ``dest`` (created; must not exist or be empty) from ``source``.
 
     ``deliverables`` holds each deliverable's alternative names (``("answers.md", "answers.pdf")``),
     reported missing only when none of them is there.  ``submitted_at`` is the most trusted time
     given by the caller (``grader.submission_time``); without one, the commit's date counts only
-    with ``trust_commit_time``.  Raises
+    with ``trust_commit_time``.  ``hand_in`` recognises the student files under another name
+    (the search rule's 3).  Raises
     :class:`UserError` only when nothing can be graded: the source does not exist, is an unreadable
     archive, cannot be fetched, or holds several submissions.
     """
@@ -153,9 +163,12 @@ def materialize(
         raise FileExistsError(f"{dest} is not empty: the sandbox must be fresh")
     budget = _Budget(max_file_bytes, max_total_bytes)
     with tempfile.TemporaryDirectory(prefix="grader-intake-") as tmp:
-        top, head = _unpack(str(source), Path(tmp), budget, student_files + [n for d in deliverables for n in d])
+        wanted = student_files + [n for d in deliverables for n in d]
+        if hand_in is not None:  # a git repository exports every file of a student file's kind
+            wanted += sorted({"*" + PurePosixPath(name).suffix for name in student_files})
+        top, head = _unpack(str(source), Path(tmp), budget, wanted)
         root = _find_root(top, student_files, budget)
-        files = _copy_all(root, student_files, deliverables, dest, budget)
+        files = _copy_all(root, student_files, deliverables, dest, budget, hand_in)
         if head is None and os.path.lexists(top / ".git"):  # a checkout: graded as in its working tree
             head = _checkout_head(top, root, files, budget)
     digests = {name: copied.digest for name, copied in sorted(files.items())}
@@ -169,6 +182,7 @@ def materialize(
         submitted_at=when.value,
         problems=list(budget.problems),
         submitted_at_source=when.source,
+        notes=list(budget.notes),
     )
     present = frozenset(copied.rubric_name for copied in files.values())
     found = tuple(sorted(f for f in student_files if f in present))
@@ -404,7 +418,12 @@ def _at_root(root: Path, name: str) -> str | None:
 
 
 def _copy_all(
-    root: Path, student_files: list[str], deliverables: list[tuple[str, ...]], dest: Path, budget: _Budget
+    root: Path,
+    student_files: list[str],
+    deliverables: list[tuple[str, ...]],
+    dest: Path,
+    budget: _Budget,
+    hand_in: HandIn | None = None,
 ) -> dict[str, _Copied]:
     """Copy what the rubric names; return what was copied by its path in the sandbox."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -418,6 +437,9 @@ def _copy_all(
     names = [n for d in deliverables for n in d]
     places = _find_deliverables(root, names, budget)
     wanted = [(name, _student_path(root, name), name) for name in student_files]
+    if hand_in is not None and not any(found for _, found, _ in wanted):
+        recognised = _recognise(root, student_files, hand_in, budget)
+        wanted = [(name, recognised.get(name), name) for name in student_files]
     wanted += [(name, places[name], PurePosixPath(places[name] or name).name) for name in names]
     for name, found, sandbox_name in wanted:
         if found is not None and (digest := _copy_one(root, found, dest / sandbox_name, budget)) is not None:
@@ -428,6 +450,54 @@ def _copy_all(
             budget.note(f"{' or '.join(alternatives)} is missing")
     _lock_down(dest)
     return copied
+
+
+def _recognise(root: Path, student_files: list[str], hand_in: HandIn, budget: _Budget) -> dict[str, str]:
+    """The student file (by suffix) -> the submission's file taken for it, by what it holds (the
+    search rule's 3); the choice and its reason are a note, and where none fits the problem lists
+    what was there."""
+    by_suffix = {PurePosixPath(name).suffix.lower(): name for name in student_files}
+    given = {name.lower() for name in hand_in.given}
+    seen: list[str] = []
+    found: list[candidates.Candidate] = []
+    for directory, _, entries in _walk(root, MAX_DEPTH, budget):
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False) or _skipped(entry.name):
+                continue
+            path = str(Path(directory, entry.name).relative_to(root))
+            seen.append(path)
+            if PurePosixPath(entry.name).suffix.lower() not in by_suffix or entry.name.lower() in given:
+                continue
+            if len(found) >= candidates.MAX_CANDIDATES:
+                budget.note(f"over {candidates.MAX_CANDIDATES} files could be the hand-in: the rest were not looked at")
+                continue
+            data = _read_candidate(root, path, budget)
+            if data is not None:
+                found.append(candidates.read(path, data, hand_in.holds))
+    kinds = " or ".join(sorted(by_suffix)) + " files"
+    choice = candidates.choose(found, hand_in.holds, kinds) if found else candidates.Choice(None, f"no {kinds} in it")
+    if choice.taken is None:
+        listed = ", ".join(shown(p) for p in seen[: candidates.LISTED]) or "nothing"
+        more = f" and {len(seen) - candidates.LISTED} more" if len(seen) > candidates.LISTED else ""
+        budget.note(f"the submission holds {listed}{more}: {choice.why}")
+        return {}
+    name = by_suffix[PurePosixPath(choice.taken.path).suffix.lower()]
+    budget.notes.append(f"{name} was read from {shown(choice.taken.path)}: {choice.why}")
+    return {name: choice.taken.path}
+
+
+def _read_candidate(root: Path, relpath: str, budget: _Budget) -> bytes | None:
+    """A candidate's bytes, or None (a link or special file: never the hand-in; over the size limit: said)."""
+    try:
+        fd = _open_nofollow(root, relpath)
+    except _Refused:
+        return None
+    with os.fdopen(fd, "rb") as src:
+        data = src.read(budget.max_file + 1)
+    if len(data) > budget.max_file:
+        budget.note(f"{shown(relpath)} is over the {budget.max_file}-byte limit: not looked at")
+        return None
+    return data
 
 
 def _formats(student_files: list[str]) -> list[tuple[str, ...]]:

@@ -218,6 +218,11 @@ class AssignmentPack:
     #: case's for its ranks, made from the submission's files without running them (a report's snippets
     #: spliced into the grader's starter, so that the rank is sent code, never the grader's answers)
     case_data: Callable[[Case, Path], dict[str, Any]] | None = None
+    #: session side: ``review(root)`` -> kind -> the student's words where that kind's code was asked
+    #: for and none was given (A5: a question answered in prose only), read from the files alone.  An
+    #: item all of whose cases are of such kinds and earn nothing waits for an instructor
+    #: (``pending_review``, the words quoted) instead of scoring 0 unread.
+    review: Callable[[Path], dict[str, str]] | None = None
     search_path: tuple[str, ...] = ()  # where a pack found by module path was imported from
 
     def case_params(self, case: Case, root: Path) -> dict[str, Any]:

@@ -127,6 +127,7 @@ class SubmissionInfo:
     submitted_at: str | None = None  # ISO 8601, from the source below
     problems: list[str] = field(default_factory=list)  # refused/missing files, in plain words
     submitted_at_source: TimeSource = TimeSource.UNKNOWN
+    notes: list[str] = field(default_factory=list)  # how a file was found when not by its name, and why
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from xml.etree.ElementTree import ParseError
 
 from junitparser import JUnitXml, Properties, TestCase
 
 import grader
-from grader.deliverables import check_advice, check_diagram, check_written
+from grader.deliverables import answer_sections, check_advice, check_diagram, check_written, find_deliverable
 from grader.errors import GraderError, UserError
 from grader.manual import ManualScores
 from grader.results import (
@@ -52,6 +52,9 @@ from grader.rubric import (
     paired,
 )
 from grader.submission_time import TIME_FORMS, parse_time
+
+if TYPE_CHECKING:
+    from grader.pack import AssignmentPack
 
 MAX_FAILURES = 5  # CaseOutcomes kept per item
 EXAMPLES_PER_VERDICT = 2  # distinct messages quoted per kind of failure
@@ -206,7 +209,8 @@ def score(
         lateness=lateness(rubric.late, late),
         findings=list(findings),
         cases=[scorer.outcome(c) for c in scorer.cases.values()],
-        notes=[
+        notes=submission.notes
+        + [
             check_advice(submission_root, rubric.deliverables[a.deliverable].any_of, a.title, a.expect)
             for a in rubric.advice
         ]
@@ -217,15 +221,44 @@ def score(
     )
 
 
-def _pack_feedback(rubric: Rubric, submission_root: Path) -> list[str]:
-    """The pack's notes on how it read the hand-in (a report's snippets and where they went)."""
+def _pack(rubric: Rubric) -> AssignmentPack | None:
     from grader.pack import load_pack
 
     try:
-        pack = load_pack(rubric.assignment.pack)
+        return load_pack(rubric.assignment.pack)
     except UserError:  # a rubric validated against case ids it was given, with no pack installed
-        return []
-    return [] if pack.feedback is None else pack.feedback(submission_root)
+        return None
+
+
+def _pack_feedback(rubric: Rubric, submission_root: Path) -> list[str]:
+    """The pack's notes on how it read the hand-in (a report's snippets and where they went)."""
+    pack = _pack(rubric)
+    return [] if pack is None or pack.feedback is None else pack.feedback(submission_root)
+
+
+#: How much of an answer in words an item's feedback quotes for the instructor.
+QUOTED_CHARS = 2000
+
+
+def _in_words(rubric: Rubric, root: Path) -> dict[str, str]:
+    """Cases item id -> the student's words, for the items every case of which is of a kind the pack
+    found answered in words where code was asked (``AssignmentPack.review``)."""
+    pack = _pack(rubric)
+    if pack is None or pack.review is None:
+        return {}
+    words = pack.review(root)
+    if not words:
+        return {}
+    kind_of = {case.name: case.kind for case in pack.cases()}
+    found: dict[str, str] = {}
+    for item in rubric.items():
+        if not isinstance(item.scoring, CasesScoring):
+            continue
+        patterns = tuple(p for c in item.scoring.components if not c.advisory for p in c.match)
+        kinds = {kind_of.get(cid) for cid in rubric.case_ids if matches(patterns, cid)}
+        if len(kinds) == 1 and (kind := kinds.pop()) in words:
+            found[item.id] = words[kind or ""]
+    return found
 
 
 def _status(points: float, max_points: float) -> ItemStatus:
@@ -259,6 +292,7 @@ class _Scorer:
         self.submission = submission
         self.findings = findings
         self.root = root
+        self.in_words = _in_words(rubric, root)  # item id -> the words an instructor reads instead of code
         self.manual = self._checked_manual(manual)
         # Every case the rubric was checked against, run or not, then any the catalog did not know.
         self.cases = {cid: junit.get(cid, Case(cid, Verdict.ERROR, ABSENT)) for cid in rubric.case_ids}
@@ -272,11 +306,14 @@ class _Scorer:
         scorable = {
             item.id: item
             for item in self.rubric.items()
-            if isinstance(item.scoring, DeliverableScoring | WrittenScoring | ManualScoring)
+            if isinstance(item.scoring, DeliverableScoring | WrittenScoring | ManualScoring) or item.id in self.in_words
         }
         for item_id, points in manual.scores.items():
             if item_id not in scorable:
-                raise UserError(f"manual score for {item_id!r}: not a deliverable, written or manual item")
+                raise UserError(
+                    f"manual score for {item_id!r}: not a deliverable, written or manual item, "
+                    "nor code answered in words"
+                )
             if not 0 <= points <= scorable[item_id].points:
                 raise UserError(f"manual score for {item_id}: {points:g} is outside 0..{scorable[item_id].points:g}")
         return manual
@@ -314,6 +351,8 @@ class _Scorer:
                 bonus=item.bonus,
             )
             self.apply_policy(item, result, evaluation.looked_at)
+            if item.id in self.in_words and evaluation.fraction == 0:
+                self.read_by_instructor(item, result)
         else:
             result = self.instructor_item(item, scoring)
         self.done[item.id] = result
@@ -486,6 +525,33 @@ class _Scorer:
                 return False, "; ".join(seen)
         return True, "; ".join(seen)
 
+    def read_by_instructor(self, item: Item, result: ItemResult) -> None:
+        """Code asked for and words given: the item waits for an instructor, who reads them here."""
+        words = self.in_words[item.id]
+        quoted = words[:QUOTED_CHARS] + (" [...]" if len(words) > QUOTED_CHARS else "")
+        lines = [
+            "answered in words where code was asked: an instructor reads them and scores this item",
+            "  > " + quoted.replace("\n", "\n  > "),
+        ]
+        result.status, result.manual = ItemStatus.PENDING_REVIEW, True
+        self.instructors_score(item, result, lines)
+        result.feedback = "\n".join([*lines, result.feedback])
+
+    def said(self, deliverable: str, question: str) -> bool:
+        """Whether the deliverable holds any words under the question's heading."""
+        path = find_deliverable(self.root, self.rubric.deliverables[deliverable].any_of)
+        if path is None:
+            return False
+        return bool(answer_sections(path.read_text(encoding="utf-8", errors="replace")).get(question, "").split())
+
+    def instructors_score(self, item: Item, result: ItemResult, lines: list[str]) -> None:
+        """An instructor's score for the item, when the manual scores hold one, said first."""
+        if item.id in self.manual.scores:
+            result.score, result.status, result.manual = self.manual.scores[item.id], ItemStatus.MANUAL, True
+            lines.insert(0, f"scored by an instructor: {result.score:g}/{item.points:g}")
+            if self.manual.comments.get(item.id):
+                lines.insert(1, f"instructor's comment: {self.manual.comments[item.id]}")
+
     # -- deliverables, written answers and instructor items
 
     def instructor_item(self, item: Item, scoring: DeliverableScoring | WrittenScoring | ManualScoring) -> ItemResult:
@@ -513,13 +579,12 @@ class _Scorer:
                 result.score = round(sum(q.points for q in written.questions), 2)
                 if not any(q.provisional for q in written.questions):  # else explanations wait for review
                     result.status, result.manual = ItemStatus.AUTO_CHECKED, False
+        elif scoring.answer is not None and not self.said(*scoring.answer):
+            result.status = ItemStatus.FAILED
+            lines.append(f"no answer found under a '## {scoring.answer[1]}' heading")
         else:
             lines.append(f"to be scored by an instructor{': ' + scoring.instructions if scoring.instructions else ''}")
-        if item.id in self.manual.scores:
-            result.score, result.status, result.manual = self.manual.scores[item.id], ItemStatus.MANUAL, True
-            lines.insert(0, f"scored by an instructor: {result.score:g}/{item.points:g}")
-            if self.manual.comments.get(item.id):
-                lines.insert(1, f"instructor's comment: {self.manual.comments[item.id]}")
+        self.instructors_score(item, result, lines)
         result.feedback = "\n".join(lines)
         return result
 

@@ -70,9 +70,9 @@ def test_code_before_any_heading_is_kept_apart() -> None:
     ("gpu", "cpu"),
     [
         ("y = x.cuda()", "y = x"),
-        ("y = x.to(local_rank)", "y = x"),
-        ("y = x.to(device_id)", "y = x.to(device_id)"),
-        ('t = torch.empty(s, device="cuda")', "t = torch.empty(s, device='cpu')"),
+        ("y = x.to(local_rank)", "y = x.to(__a5_cpu_device__(local_rank))"),
+        ("y = x.to(device_id)", "y = x.to(__a5_cpu_device__(device_id))"),
+        ('t = torch.empty(s, device="cuda")', "t = torch.empty(s, device=__a5_cpu_device__('cpu'))"),
         ('d = torch.device(f"cuda:{local_rank}")', "d = torch.device('cpu')"),
         ("torch.cuda.synchronize()", "None"),
         ('dist.init_process_group("nccl")', "dist.init_process_group('gloo')"),

@@ -4,10 +4,11 @@ The notebook is read as it is and never run top to bottom: its code cells in doc
 a chunk ("hw12.ipynb, cell 7", counted among code cells from 1, as the student sees them when
 scrolling).  Execution counts and saved outputs are ignored: they are data a student can edit,
 never evidence of what ran, so a definition repeated across cells is taken from the last cell, as a
-fresh "Restart and run all" would.  IPython's magics are not Python: a line starting with ``%`` or
-``!`` is blanked (its line number kept), and a cell starting with a cell magic (``%%``) is skipped.
+fresh "Restart and run all" would.  IPython's syntax (``!cmd``, ``%magic``, ``get_ipython()``) is
+read as IPython reads it, as a statement that does nothing here, wherever it stands
+(:mod:`grader.handin.ipython`), and a cell that starts with a cell magic (``%%``) is skipped.
 An exported notebook (``jupyter nbconvert --to script``, Colab's "Download .py", VS Code) is split
-at its ``# In[ ]:`` or ``# %%`` markers into the same cells; its ``get_ipython()`` lines are blanked.
+at its ``# In[ ]:`` or ``# %%`` markers into the same cells.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from pathlib import Path
 import nbformat  # at import: the zygote preloads it for every rank of a notebook pack
 
 from grader.handin import PART, Chunk, Extraction, LastRead, extract
+from grader.handin.ipython import as_python, is_cell_magic
 
 _MARKER = re.compile(r"^# (?:In\[[ 0-9]*\]:|%%)")
-_MAGIC = re.compile(r"^\s*(?:[%!]|get_ipython\(\))")
 
 
 class NotebookError(ValueError):
@@ -42,9 +43,9 @@ def warm_up() -> None:
 def _read(path: Path, text: str) -> Extraction:
     cells = _cells_of_json(text, path.name) if text.lstrip().startswith("{") else _cells_of_script(text)
     chunks = [
-        Chunk(_without_magics(source), f"{path.name}{PART}cell {n}", f"{path}{PART}cell {n}")
+        Chunk(as_python(source), f"{path.name}{PART}cell {n}", f"{path}{PART}cell {n}")
         for n, source in enumerate(cells, start=1)
-        if not source.lstrip().startswith("%%")
+        if not is_cell_magic(source)
     ]
     return extract(chunks, path.name)
 
@@ -67,7 +68,3 @@ def _cells_of_script(text: str) -> list[str]:
             cells.append([])
         cells[-1].append(line)  # the marker line stays (a comment): line numbers match the file's cell
     return ["".join(lines) for lines in cells if "".join(lines).strip()]
-
-
-def _without_magics(source: str) -> str:
-    return "".join("\n" if _MAGIC.match(line) else line for line in source.splitlines(keepends=True))

@@ -24,6 +24,7 @@ from grader.rubric.model import (
     Condition,
     Deliverable,
     DeliverableScoring,
+    HandIn,
     Item,
     LatePolicy,
     ManualScoring,
@@ -94,6 +95,8 @@ class Builder:
             "limits": dataclasses.asdict(limits),
             "policy": policy_data.get("allow", {}),
         }
+        if "hand_in" in data:  # what is taken for the hand-in; absent, the digest is what it always was
+            matrix["hand_in"] = data["hand_in"]
         matrix_digest = "sha256:" + hashlib.sha256(json.dumps(matrix, sort_keys=True).encode()).hexdigest()
         return Rubric(
             source=source,
@@ -108,6 +111,7 @@ class Builder:
             visibility=Visibility(**data.get("visibility", {})),
             late=self.late(late) if late is not None else None,
             advice=tuple(self.advice(a, ("advice", i)) for i, a in enumerate(data.get("advice", []))),
+            hand_in=self.hand_in(data["hand_in"]) if "hand_in" in data else None,
             case_ids=self.case_ids,
             matrix_digest=matrix_digest,
         )
@@ -124,6 +128,14 @@ class Builder:
                 if name not in known:
                     self.error((*path, i), f"policy.allow.{key}: {name!r} is not a torch.distributed collective")
         return Policy(functions={key: FunctionPolicy(frozenset(names)) for key, names in allow.items()})
+
+    def hand_in(self, raw: dict[str, Any]) -> HandIn:
+        """One hand-in to recognise: its student files must be one file in several formats (the same
+        path but for the suffix), or a submission's other files could be taken for the wrong one."""
+        stems = {str(Path(name).with_suffix("")) for name in self.student_files}
+        if len(stems) > 1:
+            self.error(("hand_in",), "hand_in: the student files must be one hand-in (one name in several formats)")
+        return HandIn(tuple(raw["holds"]), tuple(raw.get("given", ())))
 
     def late(self, late: dict[str, Any]) -> LatePolicy:
         deadline = None
@@ -189,7 +201,11 @@ class Builder:
             return DeliverableScoring(value)
         if kind == "written":
             return self.written(value, (*path, "written"), item_id, points)
-        return ManualScoring(**(value or {}))
+        manual = dict(value or {})
+        answer = manual.pop("answer", None)
+        if answer is not None:
+            self.deliverable_exists(answer["deliverable"], (*path, "manual", "answer", "deliverable"), item_id)
+        return ManualScoring(**manual, answer=(answer["deliverable"], answer["question"]) if answer else None)
 
     # -- scoring kinds
 

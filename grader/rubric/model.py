@@ -57,6 +57,18 @@ class Deliverable:
 
 
 @dataclass(frozen=True)
+class HandIn:
+    """How the hand-in is recognised when no file has the name the rubric gives it: students hand in
+    what Colab or Jupyter saved (``Copy of ....ipynb``, ``... (1).ipynb``, a ``.py`` export).  Among
+    the files with a student file's suffix, the one that defines (code) or heads a section with
+    (Markdown) the most of ``holds``; ``given`` are the handout's own files (A4's ``utils.py``),
+    never taken for it."""
+
+    holds: tuple[str, ...]
+    given: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Advice:
     """A check of a deliverable that is reported and never scored (A4: the run's log confirms the
     comparisons): every regex of ``expect`` must match some line of it."""
@@ -217,6 +229,8 @@ class WrittenScoring:
 @dataclass(frozen=True)
 class ManualScoring:
     instructions: str = ""
+    #: (deliverable, question id): where the answer is written; with no words there the item scores 0
+    answer: tuple[str, str] | None = None
 
 
 Scoring = CasesScoring | TraceScoring | DeliverableScoring | WrittenScoring | ManualScoring
@@ -261,6 +275,7 @@ class Rubric:
     visibility: Visibility
     late: LatePolicy | None
     advice: tuple[Advice, ...] = ()
+    hand_in: HandIn | None = None
     #: the matrix case ids the rubric was checked against; scoring counts a missing one as not run
     case_ids: tuple[str, ...] = field(default=(), repr=False)
     #: "sha256:<hex>" of what decides the matrix's verdicts and what a grading keeps for rescoring: the

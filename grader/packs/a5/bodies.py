@@ -76,6 +76,7 @@ def _program(text: str, report_file: str) -> _Program:
 
 def _module(name: str, program: _Program, part: str) -> types.ModuleType:
     module = types.ModuleType(name)
+    module.__dict__[tree.CPU_DEVICE] = tree.cpu_device  # where a snippet's device arguments go (snippets.CpuMapped)
     for stmt in program.parts[part]:
         exec(program.code(stmt, part), vars(module))
     return module
@@ -167,6 +168,7 @@ class Run:
         env = {"WORLD_SIZE": str(ws), "RANK": str(rank), "LOCAL_RANK": str(rank)}
         self.ns: dict[str, Any] = {
             "__name__": "__main__",
+            tree.CPU_DEVICE: tree.cpu_device,
             "os": types.SimpleNamespace(environ=env, getenv=env.get),
             "random": random,
             "torch": torch,

@@ -55,6 +55,29 @@ def feedback(root: Path) -> list[str]:
     return notes
 
 
+def review(root: Path) -> dict[str, str]:
+    """Per code question answered in words only (prose under its heading, no code block a snippet could
+    come from), the words, for an instructor to read: "the four conditions" stated in a sentence are
+    an answer a person can mark, and scoring them 0 unread would not be.  Reads the report only."""
+    from grader.handin.report import read_report
+    from grader.packs.a5.snippets import NOT_PYTHON
+    from grader.packs.a5.splice import CODE_QUESTIONS
+
+    path = root / REPORT
+    if not path.is_file():
+        return {}
+    report = read_report(path.read_text(encoding="utf-8", errors="replace"))
+    words: dict[str, str] = {}
+    for question in CODE_QUESTIONS:
+        answer = report.answer(question)
+        if answer is None or not answer.prose.strip():
+            continue
+        if any(block.info.split(" ")[0].lower() not in NOT_PYTHON for block in answer.code):
+            continue  # code was given: it is graded as code, right or wrong
+        words[question.lower()] = answer.prose.strip()
+    return words
+
+
 PACK = AssignmentPack(
     id="a5",
     title="Assignment 5 — Pipeline Parallelism (all forward, all backward)",
@@ -69,5 +92,6 @@ PACK = AssignmentPack(
     files={"report": (REPORT,)},
     judge=_judge,
     feedback=feedback,
+    review=review,
     case_data=_case_data,
 )

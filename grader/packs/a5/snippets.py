@@ -13,7 +13,9 @@ import re
 import textwrap
 from dataclasses import dataclass
 
+from grader.handin.ipython import as_python
 from grader.handin.report import CodeBlock
+from grader.packs.a5.tree import CPU_DEVICE
 
 #: info strings that say a block is not Python (output, shell, a shape written as text is still tried)
 NOT_PYTHON = {
@@ -34,7 +36,15 @@ NOT_PYTHON = {
 _CUDA_DEVICE = re.compile(r"^cuda(:\d+)?$")
 _HALF = {"bfloat16", "float16", "half", "bf16"}
 #: torch.cuda calls that do nothing on CPU: synchronising, choosing or seeding a device
-_CUDA_NO_OPS = {"synchronize", "set_device", "empty_cache", "manual_seed", "manual_seed_all"}
+_CUDA_NO_OPS = {
+    "synchronize",
+    "set_device",
+    "empty_cache",
+    "manual_seed",
+    "manual_seed_all",
+    "reset_peak_memory_stats",
+    "ipc_collect",
+}
 
 
 @dataclass
@@ -46,27 +56,30 @@ class Parsed:
 
 
 class CpuMapped(ast.NodeTransformer):
-    """GPU idioms of the handout's setting, rewritten for the grader's CPU ranks: ``x.cuda()`` is
-    ``x``; ``"cuda"``/``"cuda:0"`` is ``"cpu"``; ``.to(local_rank)`` (a device index) is dropped;
-    ``torch.cuda.synchronize()`` and friends are ``None``; NCCL is Gloo; bf16 and fp16 are float32."""
+    """GPU idioms of the handout's setting, rewritten by their meaning for the grader's CPU ranks,
+    whatever their spelling (spacing, keyword order, aliases are not in an AST):
+
+    - ``x.cuda(...)`` with any arguments (``non_blocking=True``, a device) is ``x``;
+    - a device argument, ``.to``'s first or any call's ``device=``, goes through the rank's
+      :func:`~grader.packs.a5.tree.cpu_device`, which makes a CUDA device of any form (a string, a
+      ``torch.device``, an index such as ``local_rank``) the CPU by its value: ``.to(device)`` with a
+      CUDA ``device`` maps however ``device`` was made;
+    - ``torch.cuda.synchronize()`` and the other calls that only choose, seed or wait for a GPU are
+      ``None``, through any name of the module (``torch.cuda``, ``cuda``, ``T.cuda``);
+    - ``"cuda"``/``"cuda:0"``/``f"cuda:{r}"`` are ``"cpu"``; NCCL is Gloo; bf16 and fp16 are float32."""
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
         func = node.func
-        if isinstance(func, ast.Attribute) and func.attr == "cuda" and not node.keywords:
-            return func.value  # tensor.cuda(), model.cuda(device)
-        if isinstance(func, ast.Attribute) and func.attr == "to" and len(node.args) == 1 and not node.keywords:
-            arg = node.args[0]
-            is_index = isinstance(arg, ast.Constant) and isinstance(arg.value, int)
-            if is_index or (isinstance(arg, ast.Name) and arg.id in ("local_rank", "rank")):
-                return func.value
-        if (
-            isinstance(func, ast.Attribute)
-            and func.attr in _CUDA_NO_OPS
-            and isinstance(func.value, ast.Attribute)
-            and func.value.attr == "cuda"
-        ):
+        if isinstance(func, ast.Attribute) and func.attr == "cuda":
+            return func.value  # tensor.cuda(), model.cuda(device), batch.cuda(non_blocking=True)
+        if isinstance(func, ast.Attribute) and func.attr in _CUDA_NO_OPS and _is_cuda_module(func.value):
             return ast.Constant(None)
+        if isinstance(func, ast.Attribute) and func.attr == "to" and node.args:
+            node.args[0] = _on_cpu(node.args[0])
+        for keyword in node.keywords:
+            if keyword.arg == "device":
+                keyword.value = _on_cpu(keyword.value)
         return node
 
     def visit_Constant(self, node: ast.Constant) -> ast.AST:
@@ -89,6 +102,19 @@ class CpuMapped(ast.NodeTransformer):
         return node
 
 
+def _is_cuda_module(node: ast.expr) -> bool:
+    """``torch.cuda``, ``T.cuda`` or ``cuda`` (``from torch import cuda``)."""
+    return (isinstance(node, ast.Attribute) and node.attr == "cuda") or (
+        isinstance(node, ast.Name) and node.id == "cuda"
+    )
+
+
+def _on_cpu(device: ast.expr) -> ast.expr:
+    """``device`` passed through the rank's ``cpu_device``, decided on its value when it runs."""
+    call = ast.Call(ast.Name(CPU_DEVICE, ast.Load()), [device], [])
+    return ast.copy_location(call, device)
+
+
 def _completed(source: str) -> str:
     """A lone header line (``if cond:``, ``for x in y:``) given a body, so that it parses."""
     lines = source.rstrip().splitlines()
@@ -108,6 +134,7 @@ def parse_block(text: str) -> tuple[list[ast.stmt] | None, str]:
     """A block's statements with GPU idioms mapped, or None and why it does not parse."""
     source = textwrap.dedent(text.replace("\t", "    "))
     source = "\n".join(line[4:] if line.startswith(">>> ") else line for line in source.splitlines())
+    source = as_python(source)  # a pasted notebook cell's `!` and `%` lines, read as IPython reads them
     error: SyntaxError | None = None
     for attempt in (source, _completed(source)):
         try:

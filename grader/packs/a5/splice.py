@@ -7,9 +7,13 @@ A snippet is placed by its shape, whatever its formatting (statements are compar
   replaces that function, under any heading or none;
 - a whole loop or ``if`` replaces the starter's loop or ``if`` of that question (Q4, Q6, Q8, Q9, Q10);
   two loops under Q8 replace the forward and the backward loop;
+- a ``def main`` (the whole of ``test.py``'s function, pasted with the question's TODO done) gives
+  the question's part of it (its segment, ``SEGMENTS``);
 - otherwise the lines are the TODO's: Q4's and Q10's loop body, Q8's steps 1-4, Q2's assertions,
-  Q3's ``tensor_shapes``, Q5's body, Q7's four ``if ...: return`` lines in order, and a lone
-  ``if cond:`` gives Q6's, Q8's step 4's or Q9's condition.
+  Q3's ``tensor_shapes``, Q5's body or only the lines it changed (``layers_in_current_stage = ...``:
+  the starter's ``return`` is kept), Q7's four ``if ...: return`` lines in order, and a lone
+  ``if cond:`` gives Q6's, Q8's step 4's or Q9's condition; an ``if`` pasted without the starter's
+  ``else:`` keeps that ``else:``.
 
 Lines of the starter a snippet repeats as context (``model = MyDummyModel(...)``) are recognised
 and left as given.  What happened is said per question (:class:`Placement`); a snippet that cannot be
@@ -206,8 +210,12 @@ def _place_if(at: int, statements: list[ast.stmt], main: _Main, what: str) -> st
     if cond is not None:
         site.test = cond
         return f"the condition: replaced `if True:  # TODO` of {what}"
+    kept = ""
+    if len(mine) == 1 and isinstance(mine[0], ast.If) and not mine[0].orelse and site.orelse:
+        mine[0].orelse = site.orelse  # the `else:` it did not change, so did not repeat
+        kept = ", the starter's `else:` kept"
     main.replace(at, at + 1, mine)
-    return f"replaced the `if True:` block of {what}"
+    return f"replaced the `if True:` block of {what}{kept}"
 
 
 def _place_q6(statements: list[ast.stmt], main: _Main) -> str:
@@ -262,10 +270,26 @@ def _place_q10(statements: list[ast.stmt], main: _Main) -> str:
 
 def _place_q5(statements: list[ast.stmt], pipeline: ast.Module) -> str:
     target = defines(pipeline.body, "distribute_layers")[0]
-    if not any(isinstance(s, ast.Return) for s in ast.walk(ast.Module(statements, []))):
-        raise Unplaceable("neither a `def distribute_layers` nor lines that `return` the stage's layers")
-    target.body = statements
-    return "the function's body: placed in pipeline_parallel.py's distribute_layers"
+    if any(isinstance(s, ast.Return) for s in ast.walk(ast.Module(statements, []))):
+        target.body = statements
+        return "the function's body: placed in pipeline_parallel.py's distribute_layers"
+    # Only the lines the TODO changed: they take the place of the starter's lines binding the same
+    # names, and the starter's other lines (its `return`) stay.
+    rebound = _bound(statements)
+    given = [i for i, s in enumerate(target.body) if any(_assigns(s, name) for name in rebound)]
+    if not given:
+        raise Unplaceable(
+            "neither a `def distribute_layers`, its body with a `return`, nor lines that assign "
+            "`layers_in_current_stage` as the starter's TODO does"
+        )
+    kept = [s for i, s in enumerate(target.body) if i not in given]
+    target.body = kept[: given[0]] + statements + kept[given[0] :]
+    return "the lines of the TODO: placed in pipeline_parallel.py's distribute_layers, before its `return`"
+
+
+def _bound(statements: list[ast.stmt]) -> set[str]:
+    """The plain names ``statements`` assign at their top level."""
+    return {name for stmt in statements for name in _names(stmt) if _assigns(stmt, name)}
 
 
 def _place_q7(statements: list[ast.stmt], pipeline: ast.Module) -> str:
@@ -310,9 +334,27 @@ def _place(question: str, parsed: Parsed, spliced: Spliced, main: _Main) -> str:
             return f"`def {function}`: replaced pipeline_parallel.py's {function}"
         place = _place_q5 if question == "Q5" else _place_q7
         return place(statements, spliced.pipeline)
+    if defines(statements, "main"):
+        return _place_from_main(question, statements, main)
     if not _context_dropped(statements, main):
         raise Unplaceable("it only repeats lines the starter gives (the TODO is still to do)")
     return _IN_MAIN[question](statements, main)
+
+
+def _place_from_main(question: str, statements: list[ast.stmt], main: _Main) -> str:
+    """A whole ``def main`` under a question: that question's segment of it replaces the starter's."""
+    found = defines(statements, "main")
+    if len(found) > 1:
+        raise Unplaceable(f"it defines main {len(found)} times")
+    name = question.lower()
+    theirs = [s for s in _Main(found[0]).body if segment(s) == name]
+    if not theirs:
+        raise Unplaceable(f"its main has no {question} part (the starter's TODO site was not found in it)")
+    at = [i for i, s in enumerate(main.body) if segment(s) == name]
+    if all(main.is_given(s) for s in theirs):
+        raise Unplaceable(f"its main leaves {question}'s TODO as the starter gives it")
+    main.replace(at[0], at[-1] + 1, theirs)
+    return f"`def main`: its {question} part replaced test.py's"
 
 
 def splice(report: Report, questions: tuple[str, ...] = CODE_QUESTIONS, others: Report | None = None) -> Spliced:

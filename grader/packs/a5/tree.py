@@ -15,6 +15,24 @@ import json
 from typing import Any
 
 LABELS = ("a5_report", "a5_segment")
+#: The name a snippet's device arguments are passed through in a rank (``snippets.CpuMapped``): a
+#: rank binds it to :func:`cpu_device` in every namespace a program runs in.
+CPU_DEVICE = "__a5_cpu_device__"
+
+
+def cpu_device(device: Any) -> Any:
+    """A device argument as the grader's CPU ranks take it: a CUDA device in any form (``"cuda:1"``,
+    ``torch.device("cuda", 0)``, a device index such as ``local_rank``) is the CPU; anything else (a
+    dtype, a tensor, ``"cpu"``) is returned as it is.  Decided on the value, whatever the spelling."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return "cpu"
+    if isinstance(device, str) and device.strip().lower().startswith("cuda"):
+        return "cpu"
+    if getattr(device, "type", None) == "cuda" and type(device).__name__ == "device":
+        return "cpu"
+    return device
+
+
 _POSITIONS = ("lineno", "col_offset", "end_lineno", "end_col_offset")
 
 
