@@ -17,17 +17,24 @@ from pathlib import Path
 BUDGET_S = 30 * 60
 
 
-def slowest(junit: Path, n: int = 10) -> list[tuple[float, str]]:
-    """The ``n`` slowest test cases of a pytest JUnit file, with their seconds (none if unreadable)."""
+def cases(junit: Path) -> list[tuple[float, str]]:
+    """Every test case of a pytest JUnit file with its seconds, as ``module::test`` (none if unreadable)."""
     try:
         root = ET.parse(junit).getroot()
     except (OSError, ET.ParseError):
         return []
-    cases = [
+    return [
         (float(case.get("time") or 0.0), f"{case.get('classname', '')}::{case.get('name', '')}")
         for case in root.iter("testcase")
     ]
-    return sorted(cases, reverse=True)[:n]
+
+
+def by_module(tests: list[tuple[float, str]]) -> list[tuple[float, int, str]]:
+    """Seconds and test count per test module, dearest first."""
+    totals: dict[str, list[float]] = {}
+    for seconds, name in tests:
+        totals.setdefault(name.split("::")[0], []).append(seconds)
+    return sorted(((sum(times), len(times), module) for module, times in totals.items()), reverse=True)
 
 
 def minutes(seconds: float) -> str:
@@ -44,11 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     for stage in args.stages:
         name, _, seconds = stage.rpartition("=")
         print(f"[ci-budget]   {minutes(float(seconds)):>6}  {name}")
-    tests = slowest(args.junit)
+    tests = cases(args.junit)
     if tests:
         print("[ci-budget] the ten slowest tests:")
-        for seconds, name in tests:
+        for seconds, name in sorted(tests, reverse=True)[:10]:
             print(f"[ci-budget]   {seconds:7.1f} s  {name}")
+        print("[ci-budget] the ten dearest test modules:")
+        for seconds, count, module in by_module(tests)[:10]:
+            print(f"[ci-budget]   {seconds:7.1f} s  {count:4d} tests  {module}")
     if args.total > BUDGET_S:
         print(
             f"[ci-budget] OVER BUDGET: {minutes(args.total)} is more than {minutes(BUDGET_S)}; "
