@@ -86,15 +86,23 @@ def _piece(label: str, name: str, node: ast.stmt, source: str) -> CodePiece:
     return CodePiece(f"{label}: {name}", ast.get_source_segment(source, node, padded=True) or "")
 
 
+#: a report's code blocks that are Python: an untagged block or one tagged so (an ``answers`` form is not)
+PYTHON_INFO = ("", "python", "py", "python3")
+
+
 def report_snippets(report: Path) -> list[CodePiece]:
-    """Every code block of a Markdown report, per question in the report's order (A5's hand-in)."""
+    """Every Python code block of a Markdown report, per question in the report's order (A5's hand-in)."""
     if not report.is_file():
         return []
     read = read_report(report.read_text(encoding="utf-8", errors="replace"))
     blocks = [(f"{report.name}, before any question", block) for block in read.unheaded]
     for answer in read.answers.values():
         blocks += [(f"{report.name}, {answer.question}", block) for block in answer.code]
-    return [CodePiece(f"{where} (line {block.line})", block.text) for where, block in blocks]
+    return [
+        CodePiece(f"{where} (line {block.line})", block.text)
+        for where, block in blocks
+        if block.info.split(" ", 1)[0].lower() in PYTHON_INFO
+    ]
 
 
 def starter_code(pack: AssignmentPack, boilerplate: Iterable[Path] = ()) -> list[CodePiece]:
