@@ -68,22 +68,25 @@ def definitions(found: Extraction, names: Collection[str] | None = None) -> list
     ``names`` (``f``, ``Class``, ``Class.method``; a method named alone is found in any class), each
     with its source as the student wrote it; None: every definition."""
     pieces = []
+    lines: dict[int, list[str]] = {}  # per chunk, split once: ``ast.get_source_segment`` splits per node
     for statement in found.statements:
         node = statement.node
         if not isinstance(node, DEFINITION) or found.definition(statement.name) is not statement:
             continue
-        label = statement.chunk.label
+        chunk = statement.chunk
+        text = lines.setdefault(id(chunk), chunk.source.splitlines(keepends=True))
         if names is None or node.name in names:
-            pieces.append(_piece(label, node.name, node, statement.chunk.source))
+            pieces.append(_piece(chunk.label, node.name, node, text))
         elif isinstance(node, ast.ClassDef):
             for member in node.body:
                 if isinstance(member, DEFINITION) and (member.name in names or f"{node.name}.{member.name}" in names):
-                    pieces.append(_piece(label, f"{node.name}.{member.name}", member, statement.chunk.source))
+                    pieces.append(_piece(chunk.label, f"{node.name}.{member.name}", member, text))
     return pieces
 
 
-def _piece(label: str, name: str, node: ast.stmt, source: str) -> CodePiece:
-    return CodePiece(f"{label}: {name}", ast.get_source_segment(source, node, padded=True) or "")
+def _piece(label: str, name: str, node: ast.stmt, lines: list[str]) -> CodePiece:
+    """The definition's whole lines, from its ``def`` or ``class`` line (decorators are not its code)."""
+    return CodePiece(f"{label}: {name}", "".join(lines[node.lineno - 1 : node.end_lineno]))
 
 
 #: a report's code blocks that are Python: an untagged block or one tagged so (an ``answers`` form is not)
