@@ -534,11 +534,13 @@ def test_unreadable_and_missing_hand_ins_are_listed_not_fatal(roster, tmp_path):
     rubric = load_rubric(load_pack("a9").rubric)
     (tmp_path / "kim.zip").write_bytes(b"not a zip")
     (tmp_path / "lee").mkdir()
+    a9_hand_in(tmp_path, "max", "def my_broadcast(tensor, src=0):\n    return " + "-" * 100_000 + "1\n")
+    a9_hand_in(tmp_path, "ned", RING)
     from grader.batch.roster import load_roster
 
     found = compare_class(load_roster(tmp_path), load_pack("a9"), rubric)
-    assert set(found.problems) == {"kim", "lee"} and not found.pairs
-    assert "no graded code" in found.problems["lee"]
+    assert set(found.problems) == {"kim", "lee", "max"} and found.compared == ["ned"] and not found.pairs
+    assert "no graded code" in found.problems["lee"] and "MemoryError" in found.problems["max"]
 
 
 def test_the_command_line(roster, tmp_path, capsys):

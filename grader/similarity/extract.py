@@ -145,7 +145,10 @@ def take_graded_code(student: str, source: str, pack: AssignmentPack, rubric: Ru
             intake = take(source, rubric, Path(tmp) / "sandbox")
         except UserError as exc:
             return Taken(student, [], str(exc))
-        pieces = [piece for piece in graded_code(pack, intake.sandbox) if piece.source.strip()]
+        try:
+            pieces = [piece for piece in graded_code(pack, intake.sandbox) if piece.source.strip()]
+        except (ValueError, RecursionError, MemoryError) as exc:  # the parser's limits, met by a hostile file
+            return Taken(student, [], f"its graded code could not be read ({type(exc).__name__}: {str(exc)[:200]})")
     if not pieces:
         files = ", ".join(rubric.student_files)
         return Taken(student, [], f"no graded code found (looked in {files})")
