@@ -574,3 +574,26 @@ def test_batch_runs_it_after_the_grading_and_the_class_report_links_each_student
     assert 'href="similarity/similarity.html#pair-1"' in lines["bob"] and "<td>alice</td>" in lines["bob"]
     assert "href" not in lines["carol"] and "shares no code with anyone" in lines["dan"]
     assert 'id="pair-1"' in (tmp_path / "out" / "similarity" / "similarity.html").read_text()
+
+
+@pytest.mark.parametrize("pack_id", ["a4", "hw12", "a5"])
+def test_the_command_finds_a_copy_in_every_pack_whatever_form_it_is_handed_in(pack_id, tmp_path):
+    """The reference, a copy of it (HW12's as the notebook's .py export, A4's zipped) and the untouched
+    template: the copy is the only pair, the template has nothing to compare."""
+    import json
+    import shutil
+
+    roster = tmp_path / "roster"
+    shutil.copytree(REPO / "reference" / pack_id, roster / "ref")
+    shutil.copytree(REPO / "student_template" / pack_id, roster / "tpl")
+    copy = shutil.copytree(REPO / "reference" / pack_id, roster / "copy")
+    if pack_id == "hw12":
+        notebook = json.loads((copy / "hw12.ipynb").read_text())
+        cells = ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code"]
+        (copy / "hw12.py").write_text("".join(f"# In[{n}]:\n\n{cell}\n\n" for n, cell in enumerate(cells, 1)))
+        (copy / "hw12.ipynb").unlink()
+    if pack_id == "a4":
+        zipped(copy)
+    found = run_similarity(roster, tmp_path / "out", pack_ref=pack_id)
+    assert [(p.student_a, p.student_b, p.similarity) for p in found.pairs] == [("copy", "ref", 1.0)]
+    assert set(found.problems) == {"tpl"}

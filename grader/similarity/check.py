@@ -114,7 +114,7 @@ def run_similarity(
     common: int = COMMON,
 ) -> SimilarityReport:
     """``grader similarity``: the roster as ``grader batch`` reads it, compared, and the report written."""
-    loaded = load_rubric(rubric)
+    loaded = load_rubric(rubric if rubric is not None or pack_ref is None else load_pack(pack_ref).rubric)
     pack = load_pack(pack_ref or loaded.assignment.pack)
     report = compare_class(load_roster(roster), pack, loaded, boilerplate, floor, common)
     write_report(report, Path(out), pack.title)
