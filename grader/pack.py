@@ -172,7 +172,7 @@ class CodePiece:
     """One piece of a hand-in's graded code, as the similarity check compares it (``grader.similarity``):
     a definition the rubric grades, a notebook's definition, a report's snippet."""
 
-    label: str  # where it is, for the instructor: "src/collectives.py: my_broadcast", "report.md, Q5 block 1"
+    label: str  # where it is, for the instructor: "collectives.py: my_broadcast", "report.md, Q5 (line 55)"
     source: str
 
 
