@@ -1,4 +1,4 @@
-"""How long `grader similarity` takes for a large class (README's Measurements, "Similarity"; issue 42).
+"""How long `grader similarity` takes for a large class (issue 42; README's Measurements, "Issue 42").
 
 Builds a roster of synthetic A9 hand-ins (GitHub Classroom folders: ``src/collectives.py`` and
 ``src/transformer.py``), then times ``grader.similarity.check.run_similarity`` on it, the path the command
