@@ -104,6 +104,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="send each submission to its worker through Dask (workers without the roster's filesystem)",
     )
 
+    batch.add_argument(
+        "--similarity",
+        action="store_true",
+        help="after the grading, the copy check over the roster (grader similarity)",
+    )
+    batch.add_argument(
+        "--boilerplate", type=Path, nargs="+", default=[], help="with --similarity: see grader similarity"
+    )
+    add_similarity_command(sub)
+
     add_repro_command(sub)
     annotate = sub.add_parser("annotate", help="GitHub workflow annotations (::error file=...) from a results.json")
     annotate.add_argument("results", type=Path, help="the results.json of a grading")
@@ -133,6 +143,34 @@ def add_student_loop_options(grade: argparse.ArgumentParser) -> None:
         metavar="EXPR",
         default=None,
         help="only the cases whose id matches EXPR (pytest's -k grammar, e.g. 'allreduce and ws4'); a partial score",
+    )
+
+
+def add_similarity_command(sub: Any) -> None:
+    """``grader similarity ROSTER --pack P --out DIR``: the class's copy check (``grader.similarity``)."""
+    from grader.similarity import COMMON, FLOOR
+
+    similarity = sub.add_parser(
+        "similarity", help="rank pairs of students by the graded code they share, the starter never counted"
+    )
+    similarity.add_argument("roster", type=Path, help="as grader batch takes it: a directory of submissions or a CSV")
+    similarity.add_argument("--out", type=Path, required=True, help="writes similarity.csv and similarity.html here")
+    add_rubric_options(similarity)
+    similarity.add_argument(
+        "--boilerplate",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="more code that is never evidence (a file whole; a notebook's cells, a report's snippets)",
+    )
+    similarity.add_argument(
+        "--floor", type=float, default=FLOOR, help=f"list pairs at or above this similarity (default {FLOOR})"
+    )
+    similarity.add_argument(
+        "--common",
+        type=int,
+        default=COMMON,
+        help=f"code held by more than this many students is common code, not evidence (default {COMMON})",
     )
 
 
@@ -249,6 +287,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from grader.render import workflow
 
         return workflow.main(args)
+    if args.command == "similarity":
+        from grader.similarity import check as similarity_check
+
+        return similarity_check.main(args)
     if args.command == "repro":
         from grader import repro
 

@@ -168,6 +168,15 @@ class Diagram:
 
 
 @dataclass(frozen=True)
+class CodePiece:
+    """One piece of a hand-in's graded code, as the similarity check compares it (``grader.similarity``):
+    a definition the rubric grades, a notebook's definition, a report's snippet."""
+
+    label: str  # where it is, for the instructor: "collectives.py: my_broadcast", "report.md, Q5 (line 55)"
+    source: str
+
+
+@dataclass(frozen=True)
 class AssignmentPack:
     """One assignment, as data and functions the engine calls.
 
@@ -223,6 +232,12 @@ class AssignmentPack:
     #: item all of whose cases are of such kinds and earn nothing waits for an instructor
     #: (``pending_review``, the words quoted) instead of scoring 0 unread.
     review: Callable[[Path], dict[str, str]] | None = None
+    #: what the similarity check compares of a submission: ``compared(submission root)`` -> its graded code;
+    #: None: the definitions ``function_of`` names, out of the files of ``module_of``'s modules
+    compared: Callable[[Path], list[CodePiece]] | None = None
+    #: what is never evidence of copying: the handout's starter.  A folder is read as a hand-in (what
+    #: ``compared`` takes out of it), a file is taken whole
+    starter: tuple[Path, ...] = ()
     search_path: tuple[str, ...] = ()  # where a pack found by module path was imported from
 
     def case_params(self, case: Case, root: Path) -> dict[str, Any]:
@@ -285,6 +300,12 @@ def bundled_rubric(pack_id: str) -> Path:
     package = Path(__file__).resolve().parent
     in_tree = package.parent / "rubrics" / f"{pack_id}.yaml"
     return in_tree if in_tree.exists() else package / "rubrics" / f"{pack_id}.yaml"
+
+
+def bundled_starter(pack_id: str) -> Path:
+    """A bundled pack's starter, as students get it: ``student_template/<id>`` of a source checkout (the
+    instructor's install, ``scripts/install.sh``; a wheel does not ship it)."""
+    return Path(__file__).resolve().parent.parent / "student_template" / pack_id
 
 
 def _checked(value: Any, ref: str) -> AssignmentPack:

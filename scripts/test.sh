@@ -3,7 +3,7 @@
 #   PYTEST_ARGS  extra pytest arguments, e.g. '-m "not slow"' for the quick loop
 set -euo pipefail
 cd "$(dirname "$0")/.."
-EXTRAS=dev,cluster bash scripts/install.sh  # cluster: Dask and dask-jobqueue for grader batch --cluster
+EXTRAS=dev,cluster,similarity bash scripts/install.sh  # cluster: Dask and dask-jobqueue for grader batch --cluster; similarity: copydetect
 bash scripts/install-chromium.sh
 bash scripts/install-actionlint.sh
 bash scripts/install-slurm.sh  # a real single-node Slurm for tests/test_batch_slurm.py

@@ -21,6 +21,7 @@ Layout of DIR::
                                   the grade of record: graded/ scored under today's rubric, deadline
                                   and manual scores
         report.html               the student report
+    similarity/                   with --similarity: similarity.csv, similarity.html (``grader.similarity``)
 """
 
 from __future__ import annotations
@@ -46,10 +47,14 @@ from grader.pack import load_pack
 from grader.pipeline import input_salt
 from grader.render.class_report import render_class_report
 from grader.render.outputs import write_outputs, write_text
+from grader.render.similarity import Nearest
 from grader.render.student_report import render_student_report
 from grader.rescore import rescore
 from grader.results import GradeResult
 from grader.rubric import Rubric, load_rubric
+from grader.similarity import require as require_similarity
+
+SIMILARITY_DIR = "similarity"
 
 
 def run_batch(
@@ -71,11 +76,14 @@ def run_batch(
     cluster: str | None = None,
     cluster_config: Path | None = None,
     send_submissions: bool = False,
+    similarity: bool = False,
+    boilerplate: Sequence[Path] = (),
 ) -> list[GradebookRow]:
     """Grade every student of ``roster`` missing or stale in ``out``, score everyone, write the reports.
 
     ``grade_cmd`` replaces ``python -m grader`` (the tests inject a fake grader with it).  ``cluster``
     runs the grades on Dask (``grader.batch.cluster``); ``send_submissions`` sends them their bytes.
+    ``similarity`` runs the copy check over the roster after the grading, into ``out/similarity/``.
     """
     if jobs < 1:
         raise UserError("--jobs must be at least 1")
@@ -89,6 +97,10 @@ def run_batch(
     spec = parse_cluster(cluster) if cluster else None
     if (cluster_config or send_submissions) and spec is None:
         raise UserError("--cluster-config and --send-submissions go with --cluster")
+    if boilerplate and not similarity:
+        raise UserError("--boilerplate goes with --similarity")
+    if similarity:
+        require_similarity()  # before the grading, not after an hour of it
     salt = input_salt(secret_file)[0] if secret_file else None
     loaded = load_rubric(rubric)  # a broken rubric is one error now, not one per student
     scored = scoring.under_deadline_option(loaded, deadline)
@@ -112,7 +124,18 @@ def run_batch(
             with connect(spec, cluster_config, len(students), stream) as client:
                 grader = ClusterGrader(*settings, client=client, send=send_submissions)
                 grade_all(students, grader, min(len(students), MAX_IN_FLIGHT), stream)
-        return _write_reports(students, out, scored, manual_scores)
+        nearest = _similarity(students, out, loaded, boilerplate) if similarity else None
+        return _write_reports(students, out, scored, manual_scores, nearest)
+
+
+def _similarity(students: list[Student], out: Path, rubric: Rubric, boilerplate: Sequence[Path]) -> dict[str, Nearest]:
+    """The copy check over the batch's roster, into ``out/similarity/``: each student's highest pair."""
+    from grader.similarity.check import compare_class, write_report
+
+    pack = load_pack(rubric.assignment.pack)
+    report = compare_class(students, pack, rubric, boilerplate)
+    write_report(report, out / SIMILARITY_DIR, pack.title)
+    return report.nearest()
 
 
 def _remove(path: Path) -> None:
@@ -135,7 +158,11 @@ def _exclusive(out: Path) -> Iterator[None]:
 
 
 def _write_reports(
-    students: list[Student], out: Path, rubric: Rubric, manual: dict[str, ManualScores]
+    students: list[Student],
+    out: Path,
+    rubric: Rubric,
+    manual: dict[str, ManualScores],
+    nearest: dict[str, Nearest] | None = None,
 ) -> list[GradebookRow]:
     """Score every graded student from the cache (``grader.rescore``), then the gradebook and reports.
 
@@ -163,7 +190,7 @@ def _write_reports(
             write_outputs(result, student_dir, None if _same_bytes(student_dir / "junit.xml", junit) else junit)
             write_text(student_dir / "report.html", render_student_report(result, student=name, diagram=diagram))
     write_text(out / "gradebook.csv", render_gradebook(rows, task_columns(results.values())))
-    write_text(out / "index.html", render_class_report(results, rows))
+    write_text(out / "index.html", render_class_report(results, rows, nearest, SIMILARITY_DIR))
     return rows
 
 
@@ -196,6 +223,8 @@ def main(args: argparse.Namespace) -> int:
             cluster=args.cluster,
             cluster_config=args.cluster_config,
             send_submissions=args.send_submissions,
+            similarity=args.similarity,
+            boilerplate=args.boilerplate,
         )
     except KeyboardInterrupt:
         print("grader batch: interrupted; rerun the same command to finish", file=sys.stderr)
@@ -209,4 +238,6 @@ def main(args: argparse.Namespace) -> int:
     print(f"{len(rows)} students: {summary}")
     print(f"gradebook: {args.out / 'gradebook.csv'}")
     print(f"class report: {args.out / 'index.html'}")
+    if args.similarity:
+        print(f"similarity: {args.out / SIMILARITY_DIR / 'similarity.html'}")
     return 0

@@ -11,15 +11,22 @@ from html import escape
 from grader import render
 from grader.gradebook import GRADED, GRADER_ERROR, TIMEOUT, GradebookRow, task_columns
 from grader.render.html_kit import _badge, _bar, _empty, _page, _points, _section, _table, fmt_points, report_href
+from grader.render.similarity import Nearest, nearest_href
 from grader.results import GradeResult, ItemResult, Verdict
 
 HISTOGRAM_BINS = 10
 TOP_MESSAGES = 15
 
 
-def render_class_report(results: Mapping[str, GradeResult | None], rows: Sequence[GradebookRow]) -> str:
+def render_class_report(
+    results: Mapping[str, GradeResult | None],
+    rows: Sequence[GradebookRow],
+    nearest: Mapping[str, Nearest] | None = None,
+    similarity_dir: str = "similarity",
+) -> str:
     """The class report: roster, score histograms, item and case pass rates (each result's ``cases``),
-    common failures, policy violations and timeouts."""
+    common failures, policy violations and timeouts; with ``nearest`` (``grader batch --similarity``), each
+    student's highest pair of the copy check, linked to its view in ``similarity_dir``."""
     graded = {r.student: result for r in rows if r.status == GRADED and (result := results.get(r.student))}
     assignment = next((res.assignment for res in graded.values()), "assignment")
     parts = [
@@ -34,6 +41,8 @@ def render_class_report(results: Mapping[str, GradeResult | None], rows: Sequenc
         _section("violations", "Policy violations", _violations(results, rows)),
         _section("timeouts", "Timeouts, hangs and grader errors", _timeouts(rows, results)),
     ]
+    if nearest is not None:
+        parts.append(_section("similarity", "Most similar other student", _similarity(rows, nearest, similarity_dir)))
     return _page(f"{assignment} — class report", "\n".join(parts))
 
 
@@ -250,3 +259,25 @@ def _timeouts(rows: Sequence[GradebookRow], results: Mapping[str, GradeResult | 
     if not body:
         return _empty("No submission timed out, hung or broke the grader.")
     return _table(["Student", "What", "Detail"], body)
+
+
+def _similarity(rows: Sequence[GradebookRow], nearest: Mapping[str, Nearest], similarity_dir: str) -> str:
+    """A line per student: the student whose graded code is closest to theirs, linked to the pair's view
+    when the similarity page shows it (the pair reaches the floor)."""
+    lines = []
+    for row in rows:
+        found = nearest.get(row.student)
+        if found is None:
+            lines.append(
+                f'<tr data-student="{escape(row.student)}"><td>{escape(row.student)}</td>'
+                '<td colspan="2" class="muted">shares no code with anyone</td></tr>'
+            )
+            continue
+        shown = f"{found.similarity:.3f}"
+        if found.anchor:
+            shown = f'<a href="{escape(nearest_href(similarity_dir, found))}">{shown}</a>'
+        lines.append(
+            f'<tr data-student="{escape(row.student)}"><td>{escape(row.student)}</td><td>{escape(found.other)}</td>'
+            f'<td class="num" data-similarity="{found.similarity:.3f}">{shown}</td></tr>'
+        )
+    return _table(["Student", "Most similar to", "Similarity"], lines, numeric=(2,))

@@ -48,6 +48,8 @@ pre{background:#f3f4f6;padding:8px 10px;border-radius:6px;white-space:pre-wrap;m
 .error{border-color:#fecaca;background:#fef2f2;color:#991b1b}
 .grid{display:flex;flex-wrap:wrap;gap:12px}
 svg[data-diagram]{max-width:100%;height:auto}
+.sides{display:grid;grid-template-columns:1fr 1fr;gap:12px}.sides>div{min-width:0}
+mark{background:#fde68a;color:inherit}
 svg text{font-family:"DejaVu Sans",system-ui,sans-serif}
 svg .halo{paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}
 """

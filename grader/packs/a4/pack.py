@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.pack import AssignmentPack, Case, Prepared, bundled_rubric
+from grader.pack import AssignmentPack, Case, Prepared, bundled_rubric, bundled_starter
 from grader.packs.a4 import catalog
 
 HERE = Path(__file__).resolve().parent
@@ -30,4 +30,5 @@ PACK = AssignmentPack(
     module_of={kind: "assignment4" for kind in catalog.FUNCTION_OF},
     function_of=catalog.FUNCTION_OF,
     imports=False,  # its module level starts NCCL on GPUs: the bodies read the definitions out of the source
+    starter=(bundled_starter("a4"),),
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from grader.pack import AssignmentPack, Case, Prepared, bundled_rubric
+from grader.pack import AssignmentPack, Case, CodePiece, Prepared, bundled_rubric, bundled_starter
 from grader.packs.a5 import catalog
 
 HERE = Path(__file__).resolve().parent
@@ -78,6 +78,13 @@ def review(root: Path) -> dict[str, str]:
     return words
 
 
+def _compared(root: Path) -> list[CodePiece]:
+    """The report's snippets, every code block under every question: what the ranks run, spliced."""
+    from grader.similarity.extract import report_snippets
+
+    return report_snippets(root / REPORT)
+
+
 PACK = AssignmentPack(
     id="a5",
     title="Assignment 5 — Pipeline Parallelism (all forward, all backward)",
@@ -94,4 +101,7 @@ PACK = AssignmentPack(
     feedback=feedback,
     review=review,
     case_data=_case_data,
+    compared=_compared,
+    # the handout's report (its snippets) and the course's starter the snippets are spliced into
+    starter=(bundled_starter("a5"), *sorted((HERE / "starter").glob("*.py"))),
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from grader.pack import AssignmentPack, Case, Diagram, Handoff, Prepared, bundled_rubric
+from grader.pack import AssignmentPack, Case, Diagram, Handoff, Prepared, bundled_rubric, bundled_starter
 from grader.packs.a9 import catalog
 
 HERE = Path(__file__).resolve().parent
@@ -51,4 +51,5 @@ PACK = AssignmentPack(
         function="my_all_to_all",
         title="Your my_all_to_all at world size 4: time vs rank",
     ),
+    starter=(bundled_starter("a9"),),
 )

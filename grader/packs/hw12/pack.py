@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.pack import AssignmentPack, Case, Prepared, bundled_rubric
+from grader.pack import AssignmentPack, Case, CodePiece, Prepared, bundled_rubric, bundled_starter
 from grader.packs.hw12 import catalog
 
 HERE = Path(__file__).resolve().parent
@@ -17,6 +17,15 @@ def _prepare(case: Case, salt: str) -> Prepared:
     from grader.packs.hw12 import expected  # torch: only a grading needs it, not `grader rubric validate`
 
     return expected.prepare(case, salt)
+
+
+def _compared(root: Path) -> list[CodePiece]:
+    """Every definition the ranks take from the notebook (the last of each name), not only the graded ones:
+    all of them run in a rank, and a copied helper is copied code."""
+    from grader.similarity.extract import definitions, read_module
+
+    found = read_module(PACK, root, "hw12")
+    return [] if found is None else definitions(found)
 
 
 PACK = AssignmentPack(
@@ -34,4 +43,6 @@ PACK = AssignmentPack(
     imports=False,  # a notebook is read, never run: the bodies take its definitions out by AST
     runtime="threads",
     files={"hw12": ("hw12.ipynb", "hw12.py")},
+    compared=_compared,
+    starter=(bundled_starter("hw12"),),
 )
