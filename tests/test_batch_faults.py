@@ -86,26 +86,23 @@ def batch(roster: Path, out: Path, templates: Path, **kwargs):
     return run_batch(roster, out, rubric=RUBRIC, grade_cmd=[sys.executable, str(COPY_GRADER), str(templates)], **kwargs)
 
 
-def cli_batch(roster: Path, out: Path, templates: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    """``grader batch`` as a command, in a process of its own (its exit status and messages)."""
-    return subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            DRIVER,
-            str(templates),
-            str(roster),
-            "--out",
-            str(out),
-            "--rubric",
-            str(RUBRIC),
-            *options,
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def cli_batch(roster: Path, out: Path, templates: Path, *options: str) -> tuple[int, str, str]:
+    """``grader batch`` as a command, in this process: ``(exit status, stdout, stderr)``."""
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from grader import batch as module
+    from grader import cli
+
+    real = module.run_batch
+    stdout, stderr = StringIO(), StringIO()
+    grade_cmd = [sys.executable, str(COPY_GRADER), str(templates)]
+    try:
+        module.run_batch = lambda *a, **k: real(*a, **k, grade_cmd=grade_cmd, progress=StringIO())  # type: ignore[assignment]
+        with redirect_stdout(stdout), redirect_stderr(stderr):
+            code = cli.main(["batch", str(roster), "--out", str(out), "--rubric", str(RUBRIC), *options])
+    finally:
+        module.run_batch = real
+    return code, stdout.getvalue(), stderr.getvalue()
 
 
 #: ``grader batch`` with the copy grader in place of ``grader grade`` (argv: TEMPLATES, then batch's own)
@@ -290,25 +287,25 @@ def test_a_disk_that_fills_up_mid_batch_stops_it_by_name_keeps_what_was_graded_a
         student(roster, "s2", "fill")  # something fills the disk while s2 is graded
         monkeypatch.setenv("FAKE_FILL", str(disk / "ballast"))
         out = disk / "out"
-        done = cli_batch(roster, out, templates, "--jobs", "1")
-        assert done.returncode == 3, done.stderr
-        assert "No space left on device. This is the machine, not the grader: free some space there" in done.stderr
-        assert str(out) in done.stderr and "bug" not in done.stderr
+        code, _, err = cli_batch(roster, out, templates, "--jobs", "1")
+        assert code == 3, err
+        assert "No space left on device. This is the machine, not the grader: free some space there" in err
+        assert str(out) in err and "bug" not in err
         assert graded_now(log) == ["s0", "s1", "s2"]
         assert sorted(p.name for p in (out / "students").iterdir() if not p.name.startswith(".")) == ["s0", "s1"]
 
         (disk / "ballast").unlink()  # space is freed; the same command again
-        done = cli_batch(roster, out, templates, "--jobs", "1")
-        assert done.returncode == 0, done.stderr
+        code, _, err = cli_batch(roster, out, templates, "--jobs", "1")
+        assert code == 0, err
         assert graded_now(log) == ["s2", "s3"]
         assert book(out) == HEADER + "".join(graded(n) for n in ("s0", "s1", "s2", "s3"))
 
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
         student(roster, "s4")
-        done = cli_batch(roster, out, templates)
-        assert done.returncode == 3, done.stderr
-        assert "Read-only file system. This is the machine, not the grader" in done.stderr
-        assert str(out) in done.stderr
+        code, _, err = cli_batch(roster, out, templates)
+        assert code == 3, err
+        assert "Read-only file system. This is the machine, not the grader" in err
+        assert str(out) in err
         assert leftovers(tmp_path) == []
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
