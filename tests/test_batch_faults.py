@@ -97,7 +97,7 @@ def cli_batch(roster: Path, out: Path, templates: Path, *options: str) -> tuple[
     stdout, stderr = StringIO(), StringIO()
     grade_cmd = [sys.executable, str(COPY_GRADER), str(templates)]
     try:
-        module.run_batch = lambda *a, **k: real(*a, **k, grade_cmd=grade_cmd, progress=StringIO())  # type: ignore[assignment]
+        module.run_batch = lambda *a, **k: real(*a, **k, grade_cmd=grade_cmd, progress=StringIO())
         with redirect_stdout(stdout), redirect_stderr(stderr):
             code = cli.main(["batch", str(roster), "--out", str(out), "--rubric", str(RUBRIC), *options])
     finally:
