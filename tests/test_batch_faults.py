@@ -383,7 +383,8 @@ def test_every_line_of_a_csv_roster_gets_a_row_and_a_bad_name_is_refused_alone(t
 )
 def test_an_unreadable_folder_is_that_students_row_without_root(tmp_path, log, templates):
     """The batch runs as uid 61001 of a user namespace of its own (``tests/test_without_root.py``): no
-    capability over the host's files, so bob's folder, another account's with mode 700, is unreadable."""
+    capability over the host's files, so bob's folder, another account's with mode 700, is unreadable,
+    and so is an --out of that account's."""
     from tests.test_without_root import UNPRIVILEGED
 
     roster = tmp_path / "roster"
@@ -398,6 +399,16 @@ def test_an_unreadable_folder_is_that_students_row_without_root(tmp_path, log, t
     assert book(out) == HEADER + graded("alice") + "bob,,,,,unreadable,unreadable\r\n"
     assert f"bob: unreadable: cannot read the submission: Permission denied: {bob}" in done.stdout
     assert graded_now(log) == ["alice"]
+
+    theirs = tmp_path / "theirs"  # an --out this account may not write: the machine's fault, named
+    theirs.mkdir()
+    os.chown(theirs, 61002, 61002)
+    cmd[cmd.index(str(out))] = str(theirs / "class")
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert (
+        f"{theirs / 'class'}: Permission denied. This is the machine, not the grader: give this account" in done.stderr
+    )
     assert leftovers(tmp_path) == []
 
 
