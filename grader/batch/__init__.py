@@ -208,7 +208,8 @@ def _report_failed(student: str, exc: Exception, out: Path) -> GradebookRow:
         raise exc
     where = getattr(exc, "filename", None)
     why = f"{where}: {exc}" if where and str(where) not in str(exc) else str(exc)
-    message = f"could not be scored or reported ({type(exc).__name__}: {why}): run the batch again with --force"
+    again = out / "students" / student
+    message = f"could not be scored or reported ({type(exc).__name__}: {why}): remove {again} and run the batch again"
     return gradebook_row(student, GRADER_ERROR, None, message, [REPORT_FAILED])
 
 

@@ -68,7 +68,7 @@ def submission_key(
 
 def _in_roster(exc: OSError, student: Student) -> bool:
     """Whether ``exc`` is about the submission's own files (not the batch's scratch space)."""
-    return exc.filename is not None and str(exc.filename).startswith(student.source)
+    return exc.filename is not None and Path(str(exc.filename)).is_relative_to(student.source)
 
 
 def cached(student_dir: Path, graded: str, key: dict[str, Any], seal_key: bytes) -> tuple[bool, str]:
