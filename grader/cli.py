@@ -1,8 +1,10 @@
 """Command-line front end.  Each sub-command hands its parsed arguments to the stage that owns it.
 
 Exit status: 0 whenever the command did its job (a grade was produced, whatever the score);
-1 for bad input the user can fix (the message says how); 2 when the grader itself failed.  Never
-a traceback: whatever escapes a command is reported on one line as the grader's own fault.
+1 for bad input the user can fix (the message says how); 2 when the grader itself failed; 3 when the
+machine failed it (out of space, a read-only file system, permission denied: the message names the
+path and what to do).  Never a traceback: whatever else escapes a command is reported on one line as
+the grader's own fault.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import __version__
-from grader.errors import GraderError, UserError
+from grader.errors import ENVIRONMENT_EXIT, GraderError, UserError, environment_fault, explain_environment
 from grader.results import TimeSource
 from grader.submission_time import TIME_FORMS as TIME_HELP
 
@@ -94,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--force", action="store_true", help="regrade even when a cached result exists")
     batch.add_argument("--timeout", type=float, default=900.0, help="seconds per submission")
     batch.add_argument("--secret-file", type=Path, default=None, help="the instructor's secret input salt")
+    add_seal_key(batch)
     batch.add_argument(
         "--cluster", default=None, help="grade on Dask: local[:N], tcp://HOST:PORT or slurm (README: on a cluster)"
     )
@@ -123,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_rubric_options(rescore)
     rescore.add_argument("--manual", type=Path, default=None, help="CSV or YAML of manual item scores, by dir name")
     rescore.add_argument("--deadline", default=None, help=f"overrides the rubric's deadline ({TIME_HELP})")
+    add_seal_key(rescore)
     return parser
 
 
@@ -208,6 +212,16 @@ def resolve_rubric(args: argparse.Namespace) -> None:
         raise UserError(f"{args.rubric} grades the pack {named!r}, not {pack!r}")
 
 
+def add_seal_key(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--seal-key",
+        type=Path,
+        default=None,
+        help="file of the key a batch's cache is sealed with, made on first use (default: $GRADER_SEAL_KEY_FILE, "
+        "else $XDG_STATE_HOME/dist-grader/seal.key); keep it outside --out",
+    )
+
+
 def add_trust_commit_time(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trust-commit-time",
@@ -247,14 +261,25 @@ def _main(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("grader: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # a bug in the grader, whatever the input: one line saying where, never a traceback
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        print(
-            f"grader: internal error (a bug in the grader, not your fault): {type(exc).__name__}: {exc} "
-            f"at {Path(where.filename).name}:{where.lineno}",
-            file=sys.stderr,
-        )
+    except OSError as exc:
+        if not environment_fault(exc):
+            _report_bug(exc)
+            return 2
+        print(f"grader: {explain_environment(exc)}", file=sys.stderr)
+        return ENVIRONMENT_EXIT
+    except Exception as exc:
+        _report_bug(exc)
         return 2
+
+
+def _report_bug(exc: Exception) -> None:
+    """A bug in the grader, whatever the input: one line saying where, never a traceback."""
+    where = traceback.extract_tb(exc.__traceback__)[-1]
+    print(
+        f"grader: internal error (a bug in the grader, not your fault): {type(exc).__name__}: {exc} "
+        f"at {Path(where.filename).name}:{where.lineno}",
+        file=sys.stderr,
+    )
 
 
 def _terminated(signum: int, frame: object) -> None:

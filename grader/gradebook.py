@@ -1,5 +1,5 @@
-"""The gradebook: one row per student, computed from the students' results alone (and the batch's
-status for each: graded, no submission, timeout, grader error)."""
+"""The gradebook: one row per roster entry, computed from the students' results alone (and the batch's
+status for each: graded, no submission, unreadable, refused, timeout, grader error)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,25 @@ from grader.results import GradeResult, ItemStatus, Lateness, Verdict
 from grader.text import csv_rows
 
 GRADED, TIMEOUT, GRADER_ERROR, NO_SUBMISSION = "graded", "timeout", "grader_error", "no_submission"
+#: A submission the batch could not read (no grade to record: not a 0), and a roster entry it refused.
+UNREADABLE, REFUSED = "unreadable", "refused"
+
+#: Flags of the batch itself: why a student has nothing graded, or why a row needs a look.
+EMPTY = "empty"  # handed in nothing the rubric names (status no_submission, total 0)
+UNREADABLE_FLAG = "unreadable"  # a submission that could not be read (permissions, a failed clone)
+DAMAGED_ARCHIVE = "damaged_archive"  # a .zip or .tar.gz that is not one
+CACHE_UNTRUSTED = "cache_untrusted"  # the cached grading failed its seal: graded again (grader.seal)
+REPORT_FAILED = "report_failed"  # the student's cached grading could not be scored or reported
+DUPLICATE = "duplicate"  # the same files as another student's submission (a copy, or a symlink to it)
+NOT_A_SUBMISSION = "not_a_submission"  # a plain file among the submission folders
+HIDDEN = "hidden"  # an entry whose name starts with . or _
+BAD_NAME = "bad_name"  # a name that cannot be a directory name: refused alone
+AMBIGUOUS = "ambiguous"  # two entries for one student (alice and alice.zip, a name twice): both refused
+#: The flags the batch's summary lists, one line per student.
+BATCH_FLAGS = frozenset(
+    {EMPTY, UNREADABLE_FLAG, DAMAGED_ARCHIVE, CACHE_UNTRUSTED, REPORT_FAILED, DUPLICATE, NOT_A_SUBMISSION, HIDDEN}
+    | {BAD_NAME, AMBIGUOUS}
+)
 GRADEBOOK_FIXED = ("bonus", "late_penalty", "total", "status", "flags")
 
 #: Case verdicts that become a gradebook flag.
@@ -61,8 +80,11 @@ def flags_for(status: str, result: GradeResult | None) -> list[str]:
     return sorted(flags)
 
 
-def gradebook_row(student: str, status: str, result: GradeResult | None, message: str = "") -> GradebookRow:
-    row = GradebookRow(student, status, flags=flags_for(status, result), message=message)
+def gradebook_row(
+    student: str, status: str, result: GradeResult | None, message: str = "", flags: Iterable[str] = ()
+) -> GradebookRow:
+    """``flags``: the batch's own (a roster or cache problem), added to those of the result."""
+    row = GradebookRow(student, status, flags=sorted({*flags_for(status, result), *flags} - {""}), message=message)
     if status == NO_SUBMISSION:
         row.total = 0.0
     if result is not None and status == GRADED:

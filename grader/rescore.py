@@ -18,12 +18,13 @@ import time
 from pathlib import Path
 
 from grader import scoring
-from grader.errors import UserError
+from grader.errors import UserError, environment_fault
 from grader.manual import ManualScores, load_manual
 from grader.pipeline import DELIVERABLES
 from grader.render.outputs import write_outputs
 from grader.results import GradeResult
 from grader.rubric import Rubric, load_rubric
+from grader.seal import SEAL_FILE, broken, key_path, load_key, seal
 
 
 def rescore(graded: Path, rubric: Rubric, manual: ManualScores | None = None) -> GradeResult:
@@ -53,14 +54,39 @@ def rescore(graded: Path, rubric: Rubric, manual: ManualScores | None = None) ->
 
 
 def main(args: argparse.Namespace) -> int:
-    """``grader rescore DIR...``: each DIR a ``grader grade --out`` directory, rewritten in place."""
+    """``grader rescore DIR...``: each DIR a ``grader grade --out`` directory, rewritten in place.
+
+    All or nothing: every DIR is read and scored before any is written, so a damaged one (or one
+    whose seal fails, for a batch's ``students/*/graded``) leaves the class as it was, never half of
+    it under the new rubric; the refusal lists every DIR that could not be read."""
     rubric = load_rubric(args.rubric)
     rubric = scoring.under_deadline_option(rubric, args.deadline)
     manual = load_manual(args.manual) if args.manual else {}
     start = time.monotonic()
+    key = load_key(key_path(args.seal_key)) if any((d / SEAL_FILE).exists() for d in args.dirs) else b""
+    done, failed = [], []
     for graded in args.dirs:
-        result = rescore(graded, rubric, manual.get(graded.name))
+        sealed = (graded / SEAL_FILE).exists()
+        try:
+            why = broken(graded.parent, graded.name, key) if sealed else ""
+            if why:
+                failed.append(f"{graded}: {why}: grade it again")
+                continue
+            done.append((graded, rescore(graded, rubric, manual.get(graded.name)), sealed))
+        except UserError as exc:
+            failed.append(str(exc))
+        except Exception as exc:  # a damaged grading is its own line in the refusal
+            if environment_fault(exc):
+                raise
+            failed.append(f"{graded}: cannot be read ({type(exc).__name__}: {exc})")
+    if failed:
+        raise UserError(
+            f"rescored none of the {len(args.dirs)} grading(s): {len(failed)} could not be:\n  " + "\n  ".join(failed)
+        )
+    for graded, result, sealed in done:
         write_outputs(result, graded, None)  # junit.xml stays: it is the matrix run rescored
+        if sealed:  # checked above, so resealing what was rewritten vouches for nothing new
+            seal(graded.parent, graded.name, key)
         print(f"{graded}: {result.score:g}/{result.max_score:g}")
     print(f"rescored {len(args.dirs)} grading(s) in {time.monotonic() - start:.2f} s", file=sys.stderr)
     return 0

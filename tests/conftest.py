@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, settings
 
 from grader.results import GradeResult
 from grader.runtimes.torchdist.zygote import NUMERICS_ENV
+from grader.seal import SEAL_KEY_ENV
 from tests.fidelity import FullGrades
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +40,16 @@ settings.register_profile(
 )
 settings.register_profile("long", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def seal_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The key ``grader batch`` seals its cache with (``grader.seal``): one of the session's, never the
+    user's own (``~/.local/state``), inherited by every batch a test starts in a subprocess."""
+    path = tmp_path_factory.mktemp("seal") / "seal.key"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(SEAL_KEY_ENV, str(path))
+        yield path
 
 
 @pytest.fixture(scope="session")

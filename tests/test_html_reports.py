@@ -200,7 +200,7 @@ def test_the_class_report_is_rendered_from_the_results_alone(out, tmp_path):
         outcome = load_outcome(student_dir)
         path = student_dir / "results.json"
         results[student] = GradeResult.load(path) if path.exists() else None
-        rows.append(gradebook_row(student, outcome.status, results[student], outcome.message))
+        rows.append(gradebook_row(student, outcome.status, results[student], outcome.message, [outcome.flag]))
     page = render_class_report(results, rows)
     assert page == (out / "index.html").read_text(encoding="utf-8")
     (copy / "again.html").write_text(page, encoding="utf-8")

@@ -37,11 +37,23 @@ from pathlib import Path
 from typing import TextIO
 
 from grader import scoring
+from grader.batch.cache import KEY_FILE, read_json
 from grader.batch.cluster import MAX_IN_FLIGHT, ClusterGrader, connect, parse_cluster
 from grader.batch.roster import Student, load_roster
 from grader.batch.workers import GRADED_DIR, Grader, grade_all, load_outcome
-from grader.errors import UserError
-from grader.gradebook import GRADED, GradebookRow, gradebook_row, render_gradebook, task_columns
+from grader.errors import UserError, environment_fault
+from grader.gradebook import (
+    BATCH_FLAGS,
+    DUPLICATE,
+    GRADED,
+    GRADER_ERROR,
+    REFUSED,
+    REPORT_FAILED,
+    GradebookRow,
+    gradebook_row,
+    render_gradebook,
+    task_columns,
+)
 from grader.manual import ManualScores, load_manual
 from grader.pack import load_pack
 from grader.pipeline import input_salt
@@ -52,6 +64,7 @@ from grader.render.student_report import render_student_report
 from grader.rescore import rescore
 from grader.results import GradeResult
 from grader.rubric import Rubric, load_rubric
+from grader.seal import key_path, load_key
 from grader.similarity import require as require_similarity
 
 SIMILARITY_DIR = "similarity"
@@ -78,20 +91,23 @@ def run_batch(
     send_submissions: bool = False,
     similarity: bool = False,
     boilerplate: Sequence[Path] = (),
+    seal_key: Path | None = None,
 ) -> list[GradebookRow]:
     """Grade every student of ``roster`` missing or stale in ``out``, score everyone, write the reports.
 
     ``grade_cmd`` replaces ``python -m grader`` (the tests inject a fake grader with it).  ``cluster``
     runs the grades on Dask (``grader.batch.cluster``); ``send_submissions`` sends them their bytes.
     ``similarity`` runs the copy check over the roster after the grading, into ``out/similarity/``.
+    ``seal_key`` is the file of the key the cache is sealed with (``grader.seal.key_path``).
     """
     if jobs < 1:
         raise UserError("--jobs must be at least 1")
     if timeout <= 0:
         raise UserError("--timeout must be positive")
     students = load_roster(roster)
+    gradable = [s for s in students if not s.refused]
     manual_scores = load_manual(manual) if manual else {}
-    unknown = sorted(set(manual_scores) - {s.name for s in students})
+    unknown = sorted(set(manual_scores) - {s.name for s in gradable})
     if unknown:
         raise UserError(f"{manual}: students not in the roster: {', '.join(unknown)}")
     spec = parse_cluster(cluster) if cluster else None
@@ -106,6 +122,7 @@ def run_batch(
     scored = scoring.under_deadline_option(loaded, deadline)
 
     out = Path(out)
+    key = load_key(key_path(seal_key), out)
     students_dir = out / "students"
     students_dir.mkdir(parents=True, exist_ok=True)
     with _exclusive(out):
@@ -114,17 +131,17 @@ def run_batch(
         if trust_commit_time:
             options.append("--trust-commit-time")
         rubric_file = Path(rubric).resolve() if rubric else None
-        settings = (students_dir, loaded, command, options, timeout, force, trust_commit_time, rubric_file, salt)
+        settings = (students_dir, loaded, command, options, timeout, force, trust_commit_time, rubric_file, salt, key)
         for leftover in [*students_dir.glob(".tmp-*"), *students_dir.glob(".old-*")]:
             _remove(leftover)
         stream = progress or sys.stderr
         if spec is None:
-            grade_all(students, Grader(*settings), jobs, stream)
-        else:
-            with connect(spec, cluster_config, len(students), stream) as client:
+            grade_all(gradable, Grader(*settings), jobs, stream)
+        elif gradable:
+            with connect(spec, cluster_config, len(gradable), stream) as client:
                 grader = ClusterGrader(*settings, client=client, send=send_submissions)
-                grade_all(students, grader, min(len(students), MAX_IN_FLIGHT), stream)
-        nearest = _similarity(students, out, loaded, boilerplate) if similarity else None
+                grade_all(gradable, grader, min(len(gradable), MAX_IN_FLIGHT), stream)
+        nearest = _similarity(gradable, out, loaded, boilerplate) if similarity else None
         return _write_reports(students, out, scored, manual_scores, nearest)
 
 
@@ -168,10 +185,18 @@ def _write_reports(
 
     Everyone is scored before anything is written: manual scores refused for one student (an unknown
     item, points out of range) leave every file as the last run wrote it, never some students'
-    results under the new scores beside a gradebook under the old."""
+    results under the new scores beside a gradebook under the old.  Any other failure on one student
+    (a cached file that cannot be read, a report that cannot be rendered) is that student's row,
+    flagged ``report_failed`` with the reason; a full or read-only disk stops the batch (exit 3)."""
     diagram = load_pack(rubric.assignment.pack).diagram
-    rows, results = [], {}
+    rows: list[GradebookRow] = []  # in roster order; a refused entry's label may be any text
+    row_of: dict[str, int] = {}  # a gradable student's row (their names are unique)
+    results: dict[str, GradeResult | None] = {}
     for student in students:
+        if student.refused:
+            rows.append(gradebook_row(student.name, REFUSED, None, student.why, [student.refused]))
+            continue
+        row_of[student.name] = len(rows)
         student_dir = out / "students" / student.name
         outcome = load_outcome(student_dir)
         result: GradeResult | None = None
@@ -180,18 +205,54 @@ def _write_reports(
                 result = rescore(student_dir / GRADED_DIR, rubric, manual.get(student.name))
             except UserError as exc:
                 raise UserError(f"{student.name}: {exc}") from None
+            except Exception as exc:
+                rows.append(_report_failed(student.name, exc, out))
+                continue
         results[student.name] = result
-        rows.append(gradebook_row(student.name, outcome.status, result, outcome.message))
+        rows.append(gradebook_row(student.name, outcome.status, result, outcome.message, [outcome.flag]))
+    _flag_duplicates([rows[i] for i in row_of.values()], out)
     for name, result in results.items():
         if result is not None:
             student_dir = out / "students" / name
             junit = student_dir / GRADED_DIR / "junit.xml"
-            # the matrix run rescoring never changes: copied when it is new, not again on every run
-            write_outputs(result, student_dir, None if _same_bytes(student_dir / "junit.xml", junit) else junit)
-            write_text(student_dir / "report.html", render_student_report(result, student=name, diagram=diagram))
+            try:
+                # the matrix run rescoring never changes: copied when it is new, not again on every run
+                write_outputs(result, student_dir, None if _same_bytes(student_dir / "junit.xml", junit) else junit)
+                report = render_student_report(result, student=name, diagram=diagram)
+                write_text(student_dir / "report.html", report)
+            except Exception as exc:
+                rows[row_of[name]] = _report_failed(name, exc, out)
+                results[name] = None
     write_text(out / "gradebook.csv", render_gradebook(rows, task_columns(results.values())))
     write_text(out / "index.html", render_class_report(results, rows, nearest, SIMILARITY_DIR))
     return rows
+
+
+def _report_failed(student: str, exc: Exception, out: Path) -> GradebookRow:
+    """The row of a student whose cached grading could not be scored or reported: the reason and the
+    path, never the class stopped.  A fault of the machine (no space, read-only) is re-raised."""
+    if environment_fault(exc, out):
+        raise exc
+    where = getattr(exc, "filename", None)
+    why = f"{where}: {exc}" if where and str(where) not in str(exc) else str(exc)
+    again = out / "students" / student
+    message = f"could not be scored or reported ({type(exc).__name__}: {why}): remove {again} and run the batch again"
+    return gradebook_row(student, GRADER_ERROR, None, message, [REPORT_FAILED])
+
+
+def _flag_duplicates(rows: list[GradebookRow], out: Path) -> None:
+    """Flag students whose graded files are the same as another's (a copy, or a symlink to another's
+    folder): each is graded, as their own, and the instructor is told whose files they share."""
+    by_digest: dict[str, list[GradebookRow]] = {}
+    for row in rows:
+        key = read_json(out / "students" / row.student / GRADED_DIR / KEY_FILE) if row.status == GRADED else None
+        if isinstance(key, dict) and isinstance(key.get("submission"), str):
+            by_digest.setdefault(key["submission"], []).append(row)
+    for same in by_digest.values():
+        for row in same if len(same) > 1 else []:
+            note = "the same files as " + ", ".join(other.student for other in same if other is not row)
+            row.flags = sorted({*row.flags, DUPLICATE})
+            row.message = f"{row.message}\n{note}" if row.message else note
 
 
 def _same_bytes(a: Path, b: Path) -> bool:
@@ -225,6 +286,7 @@ def main(args: argparse.Namespace) -> int:
             send_submissions=args.send_submissions,
             similarity=args.similarity,
             boilerplate=args.boilerplate,
+            seal_key=args.seal_key,
         )
     except KeyboardInterrupt:
         print("grader batch: interrupted; rerun the same command to finish", file=sys.stderr)
@@ -236,6 +298,10 @@ def main(args: argparse.Namespace) -> int:
         counts[row.status] = counts.get(row.status, 0) + 1
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     print(f"{len(rows)} students: {summary}")
+    for row in rows:  # what the batch itself could not take at face value, one line each
+        flagged = [f for f in row.flags if f in BATCH_FLAGS]
+        if flagged:
+            print(f"  {row.student}: {' '.join(flagged)}: {row.message.splitlines()[0] if row.message else ''}")
     print(f"gradebook: {args.out / 'gradebook.csv'}")
     print(f"class report: {args.out / 'index.html'}")
     if args.similarity:

@@ -18,9 +18,11 @@ from typing import Any
 from grader import __version__
 from grader.batch.roster import Student
 from grader.errors import UserError
+from grader.gradebook import DAMAGED_ARCHIVE, EMPTY, UNREADABLE_FLAG
 from grader.intake import take
 from grader.results import TimeSource
 from grader.rubric import Rubric
+from grader.seal import SEAL_FILE, broken
 from grader.submission_time import given
 
 KEY_FILE = "cache-key.json"
@@ -28,8 +30,9 @@ KEY_FILE = "cache-key.json"
 
 def submission_key(
     student: Student, rubric: Rubric, scratch: Path, trust_commit_time: bool = False
-) -> tuple[dict[str, Any] | None, str]:
-    """The cache key of a submission: ``(None, why)`` when there is nothing to grade.
+) -> tuple[dict[str, Any] | None, str, str]:
+    """The cache key of a submission; ``(None, why, flag)`` when there is nothing to grade, ``flag``
+    the gradebook's (an empty hand-in is not an unreadable one).
 
     The digest is ``SubmissionInfo.digest`` itself: intake's ``take`` copies the rubric's files
     into a throw-away sandbox exactly as ``grader grade`` will, so a cached result is valid precisely
@@ -37,15 +40,22 @@ def submission_key(
     (they decide lateness).
     """
     if not student.source:
-        return None, "no submission listed in the roster"
+        return None, "no submission listed in the roster", EMPTY
     with tempfile.TemporaryDirectory(prefix=".tmp-key-", dir=scratch) as tmp:
         try:
             when = given(student.submitted_at, TimeSource.ROSTER)
             taken = take(student.source, rubric, Path(tmp) / "sandbox", when, trust_commit_time)
         except UserError as exc:
-            return None, str(exc)
+            archive = Path(student.source).is_file()
+            return None, str(exc), DAMAGED_ARCHIVE if archive else UNREADABLE_FLAG
+        except OSError as exc:  # a folder of the roster this account may not read: the student's row
+            if not _in_roster(exc, student):
+                raise
+            return None, f"cannot read the submission: {exc.strerror}: {exc.filename}", UNREADABLE_FLAG
     if not taken.present:
-        return None, "none of the rubric's files: " + "; ".join(taken.problems)
+        problems = "; ".join(taken.problems)
+        damaged = Path(student.source).is_file() and any("damaged" in p for p in taken.problems)
+        return None, "none of the rubric's files: " + problems, DAMAGED_ARCHIVE if damaged else EMPTY
     key = {
         "submission": taken.info.digest,
         "submitted_at": taken.info.submitted_at,
@@ -53,15 +63,27 @@ def submission_key(
         "matrix": rubric.matrix_digest,
         "grader_version": __version__,
     }
-    return key, ""
+    return key, "", ""
 
 
-def is_cached(graded: Path, key: dict[str, Any]) -> bool:
-    """Whether ``graded`` holds a finished grading made for ``key``: its result and the matrix run
-    (``junit.xml``) every batch scores it from again."""
-    return (
-        read_json(graded / KEY_FILE) == key and (graded / "results.json").is_file() and (graded / "junit.xml").is_file()
-    )
+def _in_roster(exc: OSError, student: Student) -> bool:
+    """Whether ``exc`` is about the submission's own files (not the batch's scratch space)."""
+    return exc.filename is not None and Path(str(exc.filename)).is_relative_to(student.source)
+
+
+def cached(student_dir: Path, graded: str, key: dict[str, Any], seal_key: bytes) -> tuple[bool, str]:
+    """``(True, "")`` when ``student_dir`` holds a finished grading made for ``key`` under an intact
+    seal (``grader.seal``); else ``(False, why it is not trusted)``, ``why`` empty when there is
+    simply nothing usable: no grading yet, a failed one (no key recorded), or a stale key."""
+    files = [student_dir / graded / name for name in (KEY_FILE, "results.json", "junit.xml", SEAL_FILE)]
+    if not any(f.exists() for f in files):
+        return False, ""
+    why = broken(student_dir, graded, seal_key)
+    if why:
+        return False, why
+    if not all(f.is_file() for f in files):  # sealed without a result: a grading that failed
+        return False, ""
+    return read_json(student_dir / graded / KEY_FILE) == key, ""
 
 
 def read_json(path: Path) -> Any:

@@ -1,13 +1,20 @@
-"""Who is in the class and where each submission is: a directory of submissions or a CSV roster."""
+"""Who is in the class and where each submission is: a directory of submissions or a CSV roster.
+
+Every entry becomes a :class:`Student`, the odd ones too: a plain file among the folders, a hidden
+folder, a name that cannot be a directory name (``..``, a trailing space), two entries for one name
+(``alice`` and ``alice.zip``).  Those are *refused* (``Student.refused``), each alone, with a gradebook
+flag and the reason; the rest of the class is graded as usual."""
 
 from __future__ import annotations
 
 import csv
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from grader.errors import UserError
+from grader.gradebook import AMBIGUOUS, BAD_NAME, HIDDEN, NOT_A_SUBMISSION
 from grader.submission_time import parse_time
 from grader.text import shown
 
@@ -17,6 +24,8 @@ class Student:
     name: str
     source: str  # absolute local path or git URL; "" when the roster lists no submission
     submitted_at: str | None = None  # from a CSV roster's optional third column
+    refused: str = ""  # a gradebook flag when the entry cannot be graded (then ``name`` is its label)
+    why: str = ""  # and the reason, for the gradebook's message and the class report
 
 
 def load_roster(path: Path) -> list[Student]:
@@ -30,20 +39,28 @@ def load_roster(path: Path) -> list[Student]:
 
 
 def _roster_from_dir(root: Path) -> list[Student]:
-    entries = sorted(
-        p
-        for p in root.iterdir()
-        if not p.name.startswith((".", "_")) and (p.is_dir() or _archive_stem(p.name) is not None)
-    )
+    entries: list[Path] = []
+    slots: list[Student | None] = []  # in the folder's order: a refused entry, or None for the next of entries
+    for p in sorted(root.iterdir()):
+        label = shown(p.name)  # a folder name may be any bytes
+        if p.name.startswith((".", "_")):
+            slots.append(Student(label, "", refused=HIDDEN, why="a name starting with . or _: rename it to grade it"))
+        elif p.is_dir() or _archive_stem(p.name) is not None:
+            entries.append(p)
+            slots.append(None)
+        else:
+            why = "a plain file, not a folder, .zip or .tar.gz: put it in a folder to grade it"
+            slots.append(Student(label, "", refused=NOT_A_SUBMISSION, why=why))
     if not entries:
         raise UserError(f"{root}: no submissions (expected one folder, .zip or .tar.gz per student)")
-    names = [shown(_archive_stem(p.name) or p.name) for p in entries]  # a folder name may be any bytes
-    names = strip_common_prefix(names)
-    return _checked([Student(name, str(p.resolve())) for name, p in zip(names, entries, strict=True)], root)
+    names = strip_common_prefix([shown(_archive_stem(p.name) or p.name) for p in entries])
+    students = [Student(name, str(p.resolve())) for name, p in zip(names, entries, strict=True)]
+    checked = iter(_checked(students, [shown(p.name) for p in entries]))
+    return [slot or next(checked) for slot in slots]
 
 
 def _roster_from_csv(path: Path) -> list[Student]:
-    students = []
+    students, labels = [], []
     with path.open(newline="", encoding="utf-8-sig") as fh:
         try:
             rows = list(csv.reader(fh))
@@ -64,19 +81,26 @@ def _roster_from_csv(path: Path) -> list[Student]:
         if submitted_at:
             parse_time(submitted_at, f"{path}:{lineno}")
         students.append(Student(name, source, submitted_at))
-    return _checked(students, path)
+        labels.append(f"{name} (line {lineno})")
+    return _checked(students, labels)
 
 
-def _checked(students: list[Student], where: Path) -> list[Student]:
-    """Names become directory names: refuse anything that could escape ``students/`` or collide."""
-    seen: set[str] = set()
-    for s in students:
+def _checked(students: list[Student], labels: list[str]) -> list[Student]:
+    """Names become directory names: an entry whose name could escape ``students/`` is refused, and
+    two entries of one name both are (which one is the student's?); each refusal alone, under its
+    ``labels`` entry (the folder's name, the CSV line)."""
+    count = Counter(s.name for s in students)
+    checked = []
+    for s, label in zip(students, labels, strict=True):
         if not s.name or s.name.startswith(".") or any(c in s.name for c in "/\0") or s.name != s.name.strip():
-            raise UserError(f"{where}: {s.name!r} is not usable as a student name")
-        if s.name in seen:
-            raise UserError(f"{where}: student {s.name!r} appears twice")
-        seen.add(s.name)
-    return students
+            why = f"{s.name!r} cannot be a student's name (a directory name): rename it to grade it"
+            checked.append(Student(label, "", refused=BAD_NAME, why=why))
+        elif count[s.name] > 1:
+            why = f"{count[s.name]} entries for student {s.name!r}: keep one to grade it"
+            checked.append(Student(label, "", refused=AMBIGUOUS, why=why))
+        else:
+            checked.append(s)
+    return checked
 
 
 def strip_common_prefix(names: list[str]) -> list[str]:

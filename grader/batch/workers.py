@@ -23,15 +23,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from grader.batch.cache import KEY_FILE, is_cached, read_json, submission_key
+from grader.batch.cache import KEY_FILE, cached, read_json, submission_key
 from grader.batch.roster import Student
-from grader.errors import UserError
-from grader.gradebook import GRADED, GRADER_ERROR, NO_SUBMISSION, TIMEOUT
+from grader.errors import UserError, environment_fault
+from grader.gradebook import CACHE_UNTRUSTED, EMPTY, GRADED, GRADER_ERROR, NO_SUBMISSION, TIMEOUT, UNREADABLE
 from grader.render.outputs import write_text
 from grader.results import GradeResult, TimeSource
 from grader.rubric import Rubric
 from grader.salt import SALT_ENV
 from grader.sandbox.isolation import DIE_WITH_PARENT_ENV
+from grader.seal import seal
 
 KILL_GRACE_S = 10.0  # between SIGINT and SIGKILL when a grade is ended
 LOG_TAIL = 2000  # characters of grade.log quoted as the message of a failed grade
@@ -51,6 +52,7 @@ class Outcome:
     message: str = ""
     returncode: int | None = None
     seconds: float = 0.0
+    flag: str = ""  # a gradebook flag: why there is nothing to grade, or why the cache was not trusted
 
 
 def _install_dir(tmp: Path, final: Path) -> None:
@@ -79,6 +81,7 @@ class Grader:
         trust_commit_time: bool = False,
         rubric_file: Path | None = None,
         salt: str | None = None,
+        seal_key: bytes = b"",
     ):
         self.students_dir = students_dir
         self.rubric = rubric
@@ -89,6 +92,7 @@ class Grader:
         self.trust_commit_time = trust_commit_time  # passed in options too; the cache key needs it
         self.rubric_file = rubric_file  # --rubric, kept apart: a cluster without shared files is sent its text
         self.salt = salt  # --secret-file's salt: given to each grade in its environment, never its argv
+        self.seal_key = seal_key  # the instructor's HMAC key for the cache (grader.seal)
         self._running: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
         self._stopping = False
@@ -99,21 +103,27 @@ class Grader:
             return self._process(student)
         except BatchStop:
             raise
-        except Exception as exc:  # the batch's own failure on one student is that student's row
+        except Exception as exc:  # the batch's own failure on one student is that student's row ...
+            if environment_fault(exc, self.students_dir.parent):  # ... but a full disk is everybody's
+                raise
             record(self.students_dir / student.name, Outcome(GRADER_ERROR, f"grader batch: {exc!r}"))
             return GRADER_ERROR, False
 
     def _process(self, student: Student) -> tuple[str, bool]:
         final = self.students_dir / student.name
-        key, why = submission_key(student, self.rubric, self.students_dir, self.trust_commit_time)
+        key, why, flag = submission_key(student, self.rubric, self.students_dir, self.trust_commit_time)
         if key is None:
-            record(final, Outcome(NO_SUBMISSION, why))
-            return NO_SUBMISSION, False
-        if not self.force and is_cached(final / GRADED_DIR, key):
+            status = NO_SUBMISSION if flag == EMPTY else UNREADABLE
+            record(final, Outcome(status, why, flag=flag))
+            return status, False
+        trusted, untrusted = cached(final, GRADED_DIR, key, self.seal_key)
+        if trusted and not self.force:
             return "cached", False
-        return self.grade(student, key).status, True
+        outcome = self.grade(student, key, untrusted)
+        return outcome.status + (f" again ({untrusted})" if untrusted else ""), True
 
-    def grade(self, student: Student, key: dict[str, Any]) -> Outcome:
+    def grade(self, student: Student, key: dict[str, Any], untrusted: str = "") -> Outcome:
+        """Grade ``student`` into place and seal it; ``untrusted`` says what was wrong with the cache."""
         tmp = self.students_dir / f".tmp-{student.name}-{uuid.uuid4().hex}"
         graded = tmp / GRADED_DIR
         graded.mkdir(parents=True)
@@ -124,9 +134,15 @@ class Grader:
             outcome = _classify(graded, outcome)
         if outcome.status != GRADED and not outcome.message:
             outcome.message = _tail(graded / "grade.log")
+        if untrusted:
+            outcome.flag = CACHE_UNTRUSTED
+            outcome.message = f"graded again: the cache was not trusted: {untrusted}" + (
+                f"\n{outcome.message}" if outcome.message else ""
+            )
         write_text(tmp / OUTCOME_FILE, json.dumps(vars(outcome), indent=2) + "\n")
         if outcome.status == GRADED:
             write_text(graded / KEY_FILE, json.dumps(key, indent=2) + "\n")
+        seal(tmp, GRADED_DIR, self.seal_key)
         _install_dir(tmp, self.students_dir / student.name)
         return outcome
 
@@ -235,8 +251,13 @@ def record(final: Path, outcome: Outcome) -> None:
 
 
 def load_outcome(student_dir: Path) -> Outcome:
-    data = read_json(student_dir / OUTCOME_FILE) or {}
-    return Outcome(**data) if data else Outcome(GRADER_ERROR, "no outcome recorded")
+    """The outcome recorded for a student; a missing or damaged one is an error row that says so."""
+    path = student_dir / OUTCOME_FILE
+    data = read_json(path)
+    try:
+        return Outcome(**data)
+    except TypeError:
+        return Outcome(GRADER_ERROR, f"{path}: no outcome recorded, or a damaged one: run the batch again")
 
 
 def grade_all(students: list[Student], grader: Grader, jobs: int, stream: TextIO) -> None:

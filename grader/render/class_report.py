@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 
 from grader import render
-from grader.gradebook import GRADED, GRADER_ERROR, TIMEOUT, GradebookRow, task_columns
+from grader.gradebook import BATCH_FLAGS, GRADED, GRADER_ERROR, TIMEOUT, GradebookRow, task_columns
 from grader.render.html_kit import _badge, _bar, _empty, _page, _points, _section, _table, fmt_points, report_href
 from grader.render.similarity import Nearest, nearest_href
 from grader.results import GradeResult, ItemResult, Verdict
@@ -39,7 +39,7 @@ def render_class_report(
         _section("cases", "Pass rate per matrix case", _case_rates(graded)),
         _section("messages", "Most common failure messages", _common_failures(graded)),
         _section("violations", "Policy violations", _violations(results, rows)),
-        _section("timeouts", "Timeouts, hangs and grader errors", _timeouts(rows, results)),
+        _section("timeouts", "Timeouts, hangs, grader errors and roster or cache problems", _timeouts(rows, results)),
     ]
     if nearest is not None:
         parts.append(_section("similarity", "Most similar other student", _similarity(rows, nearest, similarity_dir)))
@@ -245,10 +245,12 @@ def _timeouts(rows: Sequence[GradebookRow], results: Mapping[str, GradeResult | 
     for row in rows:
         result = results.get(row.student)
         hangs = sorted(c.id for c in (result.cases if result else []) if c.verdict is Verdict.HANG)
-        if row.status in (TIMEOUT, GRADER_ERROR):
+        batch_flags = [f for f in row.flags if f in BATCH_FLAGS]  # what the batch could not take as it was
+        if row.status in (TIMEOUT, GRADER_ERROR) or batch_flags:
+            badges = "".join(_badge(what) for what in ([row.status] if row.status != GRADED else []) + batch_flags)
             body.append(
                 f'<tr data-student="{escape(row.student)}"><td>{escape(row.student)}</td>'
-                f"<td>{_badge(row.status)}</td><td><pre>{escape(row.message[-800:])}</pre></td></tr>"
+                f"<td>{badges}</td><td><pre>{escape(row.message[-800:])}</pre></td></tr>"
             )
         elif hangs:
             shown = ", ".join(hangs[:6]) + (f" and {len(hangs) - 6} more" if len(hangs) > 6 else "")
@@ -257,7 +259,7 @@ def _timeouts(rows: Sequence[GradebookRow], results: Mapping[str, GradeResult | 
                 f"<td>{_badge('hang')}</td><td>{len(hangs)} case(s) hung: {escape(shown)}</td></tr>"
             )
     if not body:
-        return _empty("No submission timed out, hung or broke the grader.")
+        return _empty("No submission timed out, hung or broke the grader; every roster entry and cache was fine.")
     return _table(["Student", "What", "Detail"], body)
 
 

@@ -76,9 +76,11 @@ def atomic_write(path: Path, data: bytes) -> Path:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from other readers
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:  # a failed write names no file: name it
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
     return path
 
