@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 from typing import Any
@@ -328,18 +329,28 @@ def test_student_platforms_grade_on_linux_macos_and_windows_with_cpu_torch_from_
     assert "scripts/student_platforms.py" in script
 
 
+def test_student_platforms_run_the_suites_fresh_venv_test_with_cpu_torch():
+    job = load(PLATFORMS)["jobs"]["declared-dependencies"]
+    assert job["env"]["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"  # the test honours it
+    script = "\n".join(step.get("run", "") for step in job["steps"])
+    assert "-m fresh_venv tests/test_declared_dependencies.py" in script
+
+
 def test_student_platforms_assert_the_scores_the_linux_grade_of_record_gives():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("student_platforms", ROOT / "scripts" / "student_platforms.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     assert module.EXPECTED == [
         ("reference/a9", "a9", 105.0),  # tests/test_pipeline.py
         ("reference/a9-naive", "a9", 100.0),  # tests/test_without_root.py
         ("student_template/a9", "a9", 0.0),  # tests/test_pipeline.py
         ("reference/a4", "a4", 100.0),  # tests/test_a4_pack.py
+        ("reference/hw12", "hw12", 6.5),  # tests/test_hw12_pack.py
+        ("reference/a5", "a5", 90.0),  # tests/test_a5_pack.py
     ]
 
 
