@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +43,7 @@ class Grade:
     runtime: str
     seconds: float
     stderr: str  # the grader's own, for a failure's report
+    out: Path  # where its outputs are
 
 
 def submission(tree: str, pack: str, work: Path) -> Path:
@@ -52,18 +54,32 @@ def submission(tree: str, pack: str, work: Path) -> Path:
     return Path(shutil.make_archive(str(work / "a4-handin"), "zip", folder.parent, folder.name))
 
 
-def grade(python: str, tree: str, pack: str, want: float, out: Path) -> Grade:
+def grade(
+    python: str,
+    tree: str,
+    pack: str,
+    want: float,
+    out: Path,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+) -> Grade:
     """Grade `tree` with the grader installed for `python`: `-I`, so neither the working directory
-    (a checkout's own `grader/`) nor PYTHON* variables can stand in for what was installed."""
+    (a checkout's own `grader/`) nor PYTHON* variables can stand in for what was installed.  `env`
+    replaces this process's environment; past `timeout` seconds the grading is a failure that says so."""
+    out.mkdir(parents=True, exist_ok=True)
     dest = out / tree.replace("/", "_")
     t0 = time.monotonic()
     cmd = [python, "-I", "-m", "grader", "grade", str(submission(tree, pack, out)), "--pack", pack]
-    done = subprocess.run([*cmd, "--out", str(dest), "--format", "json"], capture_output=True, text=True)
+    cmd += ["--out", str(dest), "--format", "json"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return Grade(tree, want, None, "", time.monotonic() - t0, f"no result after {timeout:g} s", dest)
     seconds = time.monotonic() - t0
     if done.returncode != 0 or not (dest / "results.json").exists():
-        return Grade(tree, want, None, "", seconds, f"exit {done.returncode}\n{done.stderr[-3000:]}")
+        return Grade(tree, want, None, "", seconds, f"exit {done.returncode}\n{done.stderr[-3000:]}", dest)
     result = json.loads((dest / "results.json").read_text(encoding="utf-8"))
-    return Grade(tree, want, result["score"], result["isolation"].get("runtime", ""), seconds, done.stderr)
+    return Grade(tree, want, result["score"], result["isolation"].get("runtime", ""), seconds, done.stderr, dest)
 
 
 def main() -> int:
