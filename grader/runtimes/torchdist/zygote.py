@@ -88,8 +88,8 @@ class GroupRequest:
 NUMERICS_ENV = {
     "OMP_NUM_THREADS": "1",
     "MKL_CBWR": "AUTO,STRICT",
-    "CUDA_VISIBLE_DEVICES": "",
-    "HIP_VISIBLE_DEVICES": "",
+    "CUDA_VISIBLE_DEVICES": "-1",  # not "": Windows drops a variable set empty; -1 ends the device list
+    "HIP_VISIBLE_DEVICES": "-1",
     "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
     "TORCHINDUCTOR_COMPILE_THREADS": "1",
 }
