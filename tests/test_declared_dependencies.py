@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.fresh_venv]
 
 #: each pack's reference, handed in as its handout asks (scripts/student_platforms.py)
 REFERENCES = ["reference/a9", "reference/a4", "reference/hw12", "reference/a5"]
+#: what a clone has not, or the build must not see: git's data, build outputs, caches, a local venv
+NOT_SHIPPED = (".git", "build", "*.egg-info", "__pycache__", ".*_cache", ".venv", "out", "artifacts", ".hypothesis")
 
 
 def platforms() -> ModuleType:
@@ -53,7 +56,11 @@ def student_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     index = os.environ.get("TORCH_INDEX_URL")
     pip_install(python, os.environ.get("TORCH_SPEC", "torch==2.13.0"), *(["--index-url", index] if index else []))
-    pip_install(python, str(ROOT))
+    # A copy of the checkout, as a student's pip gets it: setuptools builds in the tree it is given, and
+    # its build/ and egg-info stay in the copy, not in this checkout
+    checkout = tmp_path_factory.mktemp("checkout") / "dist-grader"
+    source = Path(shutil.copytree(ROOT, checkout, ignore=shutil.ignore_patterns(*NOT_SHIPPED)))
+    pip_install(python, str(source))
     return python
 
 
