@@ -25,6 +25,7 @@ from grader.limits import Limits
 from grader.results import GradeResult, TimeSource
 from grader.salt import SALT_ENV, input_salt
 from grader.submission_time import SubmittedAt, given
+from grader.torch_support import check_torch, installed_torch
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -181,6 +182,10 @@ def main(args: argparse.Namespace) -> int:
     if args.backend == "docker":
         result = _grade_in_docker(args)
     else:
+        # The ranks run this environment's torch: an untested release stops here, before any work
+        warning = check_torch(installed_torch())
+        if warning:
+            print(f"grader: {warning}", file=sys.stderr)
         if not _exists(args.submission):
             raise UserError(f"{args.submission}: no such file, directory or git URL")
         result = grade(

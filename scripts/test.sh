@@ -3,6 +3,7 @@
 #   PYTEST_ARGS  extra pytest arguments, e.g. '-m "not slow"' for the quick loop
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/python-env.sh  # the project's .venv where python3 is externally managed (PEP 668)
 EXTRAS=dev,cluster,similarity bash scripts/install.sh  # cluster: Dask and dask-jobqueue for grader batch --cluster; similarity: copydetect
 bash scripts/install-chromium.sh
 bash scripts/install-actionlint.sh

@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CI = ROOT / ".github" / "workflows" / "ci.yml"
 TEMPLATE = ROOT / "student_template" / "a9"
 CLASSROOM = TEMPLATE / ".github" / "workflows" / "classroom.yml"
+#: every pack's student template: each is handed out through Classroom with the same workflow
+TEMPLATES = {pack: ROOT / "student_template" / pack for pack in ("a9", "a4", "hw12", "a5")}
 ACTION = ROOT / "action.yml"
 REPORTER = "classroom-resources/autograding-grading-reporter@v1"
 CLASSROOM_JSON = {
@@ -82,7 +85,10 @@ def actionlint(*files: Path, cwd: Path) -> None:
 # --- parsing and actionlint -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", [CI, CLASSROOM, ACTION], ids=lambda p: str(p.relative_to(ROOT)))
+WORKFLOW_FILES = [CI, *(t / ".github" / "workflows" / "classroom.yml" for t in TEMPLATES.values()), ACTION]
+
+
+@pytest.mark.parametrize("path", WORKFLOW_FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_parses(path):
     data = load(path)
     assert data.get("name")
@@ -92,8 +98,10 @@ def test_repository_workflows_pass_actionlint():
     actionlint(*sorted((ROOT / ".github" / "workflows").glob("*.y*ml")), cwd=ROOT)
 
 
-def test_classroom_workflow_passes_actionlint():
-    actionlint(*sorted((TEMPLATE / ".github" / "workflows").glob("*.y*ml")), cwd=TEMPLATE)
+@pytest.mark.parametrize("pack", TEMPLATES)
+def test_classroom_workflow_passes_actionlint(pack):
+    template = TEMPLATES[pack]
+    actionlint(*sorted((template / ".github" / "workflows").glob("*.y*ml")), cwd=template)
 
 
 def test_action_passes_actionlint_where_it_is_used(tmp_path):
@@ -126,8 +134,8 @@ def test_action_scripts_pass_shellcheck(tmp_path):
 # --- the Classroom contract -------------------------------------------------------------------------------
 
 
-def classroom_job() -> dict[str, Any]:
-    workflow = load(CLASSROOM)
+def classroom_job(template: Path = TEMPLATE) -> dict[str, Any]:
+    workflow = load(template / ".github" / "workflows" / "classroom.yml")
     assert workflow["name"] == "Autograding Tests"
     assert list(workflow["jobs"]) == ["run-autograding-tests"]
     return workflow["jobs"]["run-autograding-tests"]
@@ -206,8 +214,9 @@ printf '## Grade\\n' > "$out/summary.md"
 
 # What `${{ github.event.repository.pushed_at }}` is: Unix seconds in a push event, ISO 8601 in the others.
 @pytest.mark.parametrize("pushed_at", ["1770282000", "2026-02-05T09:00:00Z", ""])
-def test_classroom_steps_hand_the_reporter_the_grader_output(tmp_path, pushed_at):
-    steps = classroom_job()["steps"]
+@pytest.mark.parametrize("pack", TEMPLATES)
+def test_classroom_steps_hand_the_reporter_the_grader_output(tmp_path, pushed_at, pack):
+    steps = classroom_job(TEMPLATES[pack])["steps"]
     grader = next(s for s in steps if s.get("id") == "grader")
     summary = next(s for s in steps if "GITHUB_STEP_SUMMARY" in s.get("run", ""))
     env = {
@@ -225,7 +234,7 @@ def test_classroom_steps_hand_the_reporter_the_grader_output(tmp_path, pushed_at
     assert (tmp_path / "summary").read_text() == "## Grade\n"
     args = (tmp_path / "runner-temp" / "docker-args").read_text().splitlines()
     pushed = ["--pushed-at", pushed_at] if pushed_at else []
-    assert args[-4 - len(pushed) :] == ["grade", "/submission", "--out", "/results", *pushed]
+    assert args[-6 - len(pushed) :] == ["grade", "/submission", "--pack", pack, "--out", "/results", *pushed]
     assert f"{tmp_path}:/submission:ro" in args  # the student's checkout, read-only
     assert {"--network", "none"} <= set(args) and "ALL" in args
     # The same confinement as `grader grade --backend docker`: the two must not drift apart.
@@ -241,6 +250,22 @@ def test_the_submission_time_is_the_push_githubs_server_recorded_never_a_commit_
     for path in (CLASSROOM, ACTION):  # head_commit.timestamp and friends are dates the student writes
         expressions = re.findall(r"\$\{\{(.*?)\}\}", path.read_text())
         assert not [e for e in expressions if "commit" in e or "timestamp" in e], path
+
+
+def test_every_template_carries_the_classroom_workflow_of_its_own_pack():
+    """One workflow for every pack, so that a fix reaches all four: only the grading step's `--pack` differs."""
+    a9 = (TEMPLATES["a9"] / ".github" / "workflows" / "classroom.yml").read_text()
+    assert a9.count("--pack a9 ") == 1
+    for pack, template in TEMPLATES.items():
+        workflow = (template / ".github" / "workflows" / "classroom.yml").read_text()
+        assert workflow == a9.replace("--pack a9 ", f"--pack {pack} "), f"{template}: not A9's workflow for {pack}"
+
+
+@pytest.mark.parametrize("pack", TEMPLATES)
+def test_every_template_has_a_readme_that_says_what_to_hand_in_and_how_to_grade_it(pack):
+    readme = (TEMPLATES[pack] / "README.md").read_text()
+    assert "grader grade" in readme, f"{pack}: no local grading command"
+    assert f"--pack {pack}" in readme or pack == "a9", f"{pack}: the local command must name its pack"
 
 
 def test_classroom_summary_step_tolerates_a_failed_grade(tmp_path):
@@ -328,18 +353,28 @@ def test_student_platforms_grade_on_linux_macos_and_windows_with_cpu_torch_from_
     assert "scripts/student_platforms.py" in script
 
 
+def test_student_platforms_run_the_suites_fresh_venv_test_with_cpu_torch():
+    job = load(PLATFORMS)["jobs"]["declared-dependencies"]
+    assert job["env"]["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"  # the test honours it
+    script = "\n".join(step.get("run", "") for step in job["steps"])
+    assert "-m fresh_venv tests/test_declared_dependencies.py" in script
+
+
 def test_student_platforms_assert_the_scores_the_linux_grade_of_record_gives():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("student_platforms", ROOT / "scripts" / "student_platforms.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     assert module.EXPECTED == [
         ("reference/a9", "a9", 105.0),  # tests/test_pipeline.py
         ("reference/a9-naive", "a9", 100.0),  # tests/test_without_root.py
         ("student_template/a9", "a9", 0.0),  # tests/test_pipeline.py
         ("reference/a4", "a4", 100.0),  # tests/test_a4_pack.py
+        ("reference/hw12", "hw12", 6.5),  # tests/test_hw12_pack.py
+        ("reference/a5", "a5", 90.0),  # tests/test_a5_pack.py
     ]
 
 

@@ -80,7 +80,19 @@ class GroupRequest:
 #: numerical reproducibility", ``MKL_CBWR``; the same code path MKL would choose, 8% slower products).
 #: One thread also keeps forking safe: a child forked after its parent ran a parallel operation on
 #: GNU OpenMP's pool waits forever in its own first one (the pool's threads do not survive a fork).
-NUMERICS_ENV = {"OMP_NUM_THREADS": "1", "MKL_CBWR": "AUTO,STRICT"}
+#: The same holds for every machine a grading may meet (issue 38: a 16-core GPU node never finished HW12):
+#: no GPU is visible, so no CUDA state exists before the zygote forks (``torch.cuda.is_available()``
+#: asks the NVML, which reads the empty device list, never ``cuInit``, whose state a forked child cannot
+#: use), the ranks compute on the CPU as everywhere else, and no pool is sized from the core count
+#: (torch's inductor would fork up to 32 compile workers from whichever process reached it first).
+NUMERICS_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_CBWR": "AUTO,STRICT",
+    "CUDA_VISIBLE_DEVICES": "-1",  # not "": Windows drops a variable set empty; -1 ends the device list
+    "HIP_VISIBLE_DEVICES": "-1",
+    "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
+    "TORCHINDUCTOR_COMPILE_THREADS": "1",
+}
 
 
 def scrubbed_environment() -> dict[str, str]:
@@ -114,6 +126,10 @@ def preload_runtime() -> None:
     import torch.distributed
 
     torch.set_num_threads(1)
+    try:  # the inter-op pool's default size is the core count; settable once, before any use
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass  # set already (a test process preloads more than once) or in use: its size stays as it is
     from grader.runtimes.torchdist import rank
 
     rank.preload()
