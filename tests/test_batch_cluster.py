@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from test_batch import FAKE, a_class, gradebook, invocations, oracle, rubric_variant, submission
 
+from grader.seal import SEAL_FILE, broken, key_path, load_key
+
 distributed = pytest.importorskip("distributed", reason='Dask is an optional extra: pip install "dist-grader[cluster]"')
 
 SALT = "s3cret-salt-of-the-course"
@@ -38,13 +40,18 @@ def batch(roster: Path, out: Path, log: Path, **kwargs):
 
 
 def written(out: Path) -> dict[str, object]:
-    """Every file a batch wrote, the seconds a grade took aside."""
+    """Every file a batch wrote, the seconds a grade took aside.  A cache seal holds a digest of the
+    outcome, seconds included: what compares is the digests of the rest, and that the seal holds."""
     files: dict[str, object] = {}
+    key = load_key(key_path(None))
     for path in sorted(out.rglob("*")):
         if path.is_file() and path.name != ".batch.lock":
             data: object = path.read_bytes()
             if path.name == "batch-outcome.json":
                 data = {k: v for k, v in json.loads(path.read_text()).items() if k != "seconds"}
+            elif path.name == SEAL_FILE:
+                assert broken(path.parent.parent, path.parent.name, key) == "", path
+                data = {k: v for k, v in json.loads(path.read_text())["files"].items() if k != "batch-outcome.json"}
             files[str(path.relative_to(out))] = data
     return files
 
