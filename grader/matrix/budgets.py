@@ -13,7 +13,8 @@ messages was ``tampering`` on one machine and ``hang`` on a slower one), so past
 stopped only when it has used its time (:func:`out_of_time`): the budget counts the case's own time,
 the wall clock less what other programs took of the machine meanwhile (``procfs.OwnTime``), up to
 :data:`MAX_STRETCH` times the budget; and a case whose ranks' messages are still crossing the wire (its
-capture saw one within :data:`FLOWING_S`) is making progress, and runs on up to the ceiling.  A rank
+capture saw their data grow within :data:`FLOWING_S`; a TCP probe or an ACK is no progress) is making
+progress, and runs on up to the ceiling.  A rank
 that spins or sleeps is stopped at the budget as before; an endless exchange, at the ceiling.
 """
 

@@ -387,7 +387,9 @@ class RankGroup(GroupLifecycle):
         capture = self._capture
         capture_due = 0.0  # before then the capture's packets wait in its buffer
         own = procfs.OwnTime([rk.pid for rk in self._ranks]) if expect == "case" else None  # what a budget counts
-        flowed = -math.inf  # when the capture last saw a packet
+        # when the capture last saw the ranks' data grow: a zero-window probe or an ACK to a rank that
+        # stopped reading is a packet, not progress (a sleeping rank's case ran on to the ceiling)
+        flowed, crossed = -math.inf, 0
         while any(rep is None for rep in reports):
             rlist = [rk.output for rk in self._ranks] + [self._report]
             rlist += [rk.result for r, rk in enumerate(self._ranks) if reports[r] is None]
@@ -402,7 +404,8 @@ class RankGroup(GroupLifecycle):
             readable, writable, _ = select.select(rlist, wlist, [], wait)
             if capture is not None and capture.fileno() in readable:
                 capture.drain()
-                flowed = time.monotonic()
+                if capture.traffic.total_bytes() > crossed:
+                    flowed, crossed = time.monotonic(), capture.traffic.total_bytes()
                 if capture.holds_bursts:
                     capture_due = time.monotonic() + CAPTURE_EVERY_S
             if self._report in readable:
