@@ -80,7 +80,7 @@ def atomic_write(path: Path, data: bytes) -> Path:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         if isinstance(exc, OSError) and exc.filename is None:  # a failed write names no file: name it
-            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
     return path
 
