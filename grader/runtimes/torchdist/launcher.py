@@ -404,8 +404,9 @@ class RankGroup(GroupLifecycle):
             readable, writable, _ = select.select(rlist, wlist, [], wait)
             if capture is not None and capture.fileno() in readable:
                 capture.drain()
-                if capture.traffic.total_bytes() > crossed:
-                    flowed, crossed = time.monotonic(), capture.traffic.total_bytes()
+                total = capture.traffic.total_bytes()
+                if total > crossed:
+                    flowed, crossed = time.monotonic(), total
                 if capture.holds_bursts:
                     capture_due = time.monotonic() + CAPTURE_EVERY_S
             if self._report in readable:
