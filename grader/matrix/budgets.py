@@ -14,8 +14,8 @@ stopped only when it has used its time (:func:`out_of_time`): the budget counts 
 the wall clock less what other programs took of the machine meanwhile (``procfs.OwnTime``), up to
 :data:`MAX_STRETCH` times the budget; and a case whose ranks' messages are still crossing the wire (its
 capture saw their data grow within :data:`FLOWING_S`; a TCP probe or an ACK is no progress) is making
-progress, and runs on up to the ceiling.  A rank
-that spins or sleeps is stopped at the budget as before; an endless exchange, at the ceiling.
+progress, and runs on up to the ceiling.  A rank that spins or sleeps is stopped at the budget as
+before; an endless exchange, at the ceiling.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 CALIBRATION_BYTES = 1 << 16  # per rank
 #: a case that is not exchanging messages runs at most this many times its budget, however loaded the machine
 MAX_STRETCH = 4.0
-#: a case whose capture saw a message this recently is still exchanging data: it is not stopped before the ceiling
+#: a case whose captured data grew this recently is still exchanging it: it is not stopped before the ceiling
 FLOWING_S = 0.25
 
 
@@ -43,7 +43,7 @@ def case_budget(limits: Any, measured: float | None, tensor_bytes: int) -> float
 def out_of_time(limits: Any, budget: float, wall: float, own: Callable[[float], float], quiet: float) -> bool:
     """Has a case used its time?  ``wall`` seconds since it began; ``own(wall)`` the part of them that was
     the case's own (called only when needed: it reads /proc); ``quiet`` the seconds since its ranks' last
-    message crossed the wire (infinite where nothing is measured)."""
+    data grew on the wire (infinite where nothing is measured)."""
     if wall <= budget:
         return False
     if wall > max(budget, float(limits.case_timeout_s)):

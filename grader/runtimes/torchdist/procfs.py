@@ -96,8 +96,8 @@ class OwnTime:
     A case's budget is counted in this time, so a case that ends within its budget on an idle machine
     ends within it on a loaded or noisy one too, and its verdict does not follow the machine's load
     (issue 43: a flooded case was ``tampering`` on one machine and ``hang`` on a slower one).  What the
-    case's own processes use (``pids``: its ranks; and this process, which reads their capture) is
-    theirs, however many of them share the cores: the budget's calibration ran in the same group."""
+    case's ranks (``pids``) use is theirs, however many of them share the cores: the budget's calibration
+    ran in the same group.  The session's own work, reading their capture, is given back like any other's."""
 
     def __init__(self, pids: Sequence[int]) -> None:
         self._last = {pid: max(0, ticks(pid)) for pid in pids}
