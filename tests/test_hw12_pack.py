@@ -49,6 +49,19 @@ def test_a_rank_of_hw12_holds_no_catalog_and_no_expected_value() -> None:
     assert loaded == {f"grader.packs.hw12{m}" for m in ("", ".bodies", ".given", ".names", ".trusted")}
 
 
+def test_a_rank_never_runs_the_handouts_plotting_imports_installed_or_not(tmp_path: Path) -> None:
+    """The reference notebook imports matplotlib and scikit-learn for its driver code: a rank runs neither
+    import, so a grade is the same on a machine that has them (and no rank process pays for them)."""
+    from types import SimpleNamespace
+
+    from grader.packs.hw12 import bodies
+
+    (tmp_path / "hw12.ipynb").write_text((ROOT / "reference" / "hw12" / "hw12.ipynb").read_text())
+    space, _ = bodies.namespace(SimpleNamespace(sandbox=str(tmp_path)))
+    assert "plt" not in space and "make_moons" not in space
+    assert {"np", "torch", "nn", "threading", "copy"} <= set(space)
+
+
 @pytest.mark.slow
 def test_the_reference_notebook_earns_every_point_in_every_format(tmp_path: Path) -> None:
     out = tmp_path / "out"
