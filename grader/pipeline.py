@@ -142,7 +142,7 @@ def _early_host(runtime: str) -> Iterator[Host | None]:
         hosted = not portable.decide(runtime).portable
     except UserError:
         hosted = False  # the matrix says why, as it would without an early host
-    host = Host.start() if hosted else None
+    host = Host.take() if hosted else None
     try:
         yield host
     finally:

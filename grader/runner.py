@@ -220,6 +220,7 @@ def _session(
     }
     with contextlib.ExitStack() as stack:
         if host is not None:
+            host = host.for_pack(pack.bodies, list(pack.search_path))
             stack.callback(host.close)
             host.preload(pack.bodies, list(pack.search_path))
             proc, log = host.begin(args, env, str(home)), host.log

@@ -52,6 +52,17 @@ def seal_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def spare_host() -> Iterator[None]:
+    """Gradings in this process start the next one's session host beside them (``grader.matrix.host.
+    keep_spare``): the suite grades hundreds of trees one after another.  A test that counts this
+    process's children turns it off (``keep_spare(False)``)."""
+    from grader.matrix.host import keep_spare
+
+    with keep_spare():
+        yield
+
+
 @pytest.fixture(scope="session")
 def full_grades() -> FullGrades:
     """The fidelity corpus's full-mode grades, shared by every test that needs one (see ``tests.fidelity``)."""

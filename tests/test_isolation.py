@@ -14,7 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from grader.matrix.host import keep_spare
 from grader.sandbox import isolation
 from grader.sandbox.isolation import IsolationConfig
 
@@ -35,6 +36,13 @@ def _mount_namespaces_work() -> bool:
 
 
 FS = _mount_namespaces_work()
+
+
+@pytest.fixture(autouse=True)
+def no_spare_host() -> Iterator[None]:
+    """These tests count and reap this process's children: a spare session host is not one of theirs."""
+    with keep_spare(False):
+        yield
 
 
 @pytest.fixture

@@ -100,13 +100,13 @@ def test_a_grading_that_stops_before_its_matrix_leaves_no_session_host_behind(
     from grader.matrix.host import Host
 
     started: list[Host] = []
-    start = Host.start
+    take = Host.take
 
     def recorded() -> Host:
-        started.append(start())
+        started.append(take())
         return started[-1]
 
-    monkeypatch.setattr(Host, "start", staticmethod(recorded))
+    monkeypatch.setattr(Host, "take", staticmethod(recorded))
     archive = tmp_path / "submission.zip"
     archive.write_bytes(b"not a zip archive")
     with pytest.raises(UserError, match="not a readable archive"):

@@ -34,6 +34,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
 from typing import IO, Any
 
 MAX_REQUEST = 1 << 20
@@ -43,15 +45,25 @@ class Host:
     """The runner's handle on one session's host: started before the grading knows its pack, told the
     pack (:meth:`preload`), then the session (:meth:`begin`), or closed unused (:meth:`close`)."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], control: int, log: IO[bytes]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], control: int, log: IO[bytes], env: dict[str, str]) -> None:
         self.proc = proc
         self.log = log  # the host's and then the session's output: an unnamed file, gone when closed
+        self.env = env  # what it started with: a spare started under another environment is not taken
+        self.told: tuple[str, list[str]] | None = None  # the pack it preloads (:meth:`preload`)
         self._control: int | None = control  # the pipe's write end; None once the request is sent
+
+    @classmethod
+    def take(cls) -> Host:
+        """This grading's host: the spare :func:`keep_spare` had ready, when it is alive and was started
+        as :meth:`start` would start one now, else a new one.  Where a spare is kept, the next one starts
+        here, its torch import overlapping this grading."""
+        return _SPARE.take()
 
     @classmethod
     def start(cls) -> Host:
         from grader.runtimes.torchdist.zygote import scrubbed_environment
 
+        env = scrubbed_environment()
         log = tempfile.TemporaryFile()  # noqa: SIM115 (the host's to close: Host.close)
         control, request = os.pipe()
         cmd = [sys.executable, "-I", "-m", "grader.matrix.host", "--runner", str(os.getpid())]
@@ -60,7 +72,7 @@ class Host:
             proc = subprocess.Popen(
                 cmd,
                 cwd="/",
-                env=scrubbed_environment(),
+                env=env,
                 pass_fds=[control],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -73,12 +85,27 @@ class Host:
             raise
         finally:
             os.close(control)
-        return cls(proc, request, log)
+        return cls(proc, request, log, env)
 
     def preload(self, bodies: str, path: list[str]) -> None:
         """The pack's rank-side module, and where a pack that is not installed lives: the zygote is
-        forked once they are imported.  Nothing of the grading but the pack's name crosses here."""
-        self._send(json.dumps({"bodies": bodies, "path": path}).encode() + b"\n")
+        forked once they are imported.  Nothing of the grading but the pack's name crosses here.  A
+        spare kept for the next grading is told the same pack now (it is likely the next one's)."""
+        if self.told is not None and self.told != (bodies, path):
+            raise ValueError(f"this host was told {self.told[0]} already")
+        if self.told is None:  # else a spare, told when the grading before preloaded it
+            self.told = (bodies, path)
+            self._send(json.dumps({"bodies": bodies, "path": path}).encode() + b"\n")
+        if self is not _SPARE.spare():
+            _SPARE.expect(bodies, path)
+
+    def for_pack(self, bodies: str, path: list[str]) -> Host:
+        """This host, or a new one in its place (this one closed) when it was told another pack: a spare
+        told the pack of the grading before."""
+        if self.told in (None, (bodies, path)):
+            return self
+        self.close()
+        return Host.start()
 
     def begin(self, argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen[bytes]:
         """The session's pytest arguments, environment and directory: the host, its zygote forked,
@@ -108,6 +135,81 @@ class Host:
         if self._control is not None:
             os.close(self._control)
             self._control = None
+
+
+class _Spare:
+    """At most one host started ahead for this process's next grading, while :func:`keep_spare` is on.
+    A host knows nothing before it is taken (not the pack, not the salt), so starting it early changes
+    nothing a grading sees; it dies with this process like any host."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wanted: list[bool] = []  # keep_spare's blocks, innermost last: the innermost decides
+        self._host: Host | None = None
+        self._last: tuple[str, list[str]] | None = None  # the pack the last grading preloaded
+
+    def take(self) -> Host:
+        from grader.runtimes.torchdist.zygote import scrubbed_environment
+
+        with self._lock:
+            host, self._host = self._host, None
+            if self._wanted and self._wanted[-1] and threading.current_thread() is threading.main_thread():
+                # PDEATHSIG follows the thread that started a host: one started on a thread that ends
+                # before the next grading would die under it
+                self._host = Host.start()
+        if host is not None and (host.proc.poll() is not None or host.env != scrubbed_environment()):
+            host.close()
+            host = None
+        return host if host is not None else Host.start()
+
+    def spare(self) -> Host | None:
+        with self._lock:
+            return self._host
+
+    def expect(self, bodies: str, path: list[str]) -> None:
+        """A grading preloads this pack: when the grading before did too, the spare (not yet told anything)
+        is told it now, so its zygote is ready if the next grading is of the same pack again (a test
+        module's, a watch loop's), and replaced when it is not.  Packs that alternate leave it untold:
+        a spare told the wrong pack is worth nothing."""
+        with self._lock:
+            again, self._last = self._last == (bodies, path), (bodies, path)
+            spare = self._host if again and self._host is not None and self._host.told is None else None
+        if spare is not None:
+            spare.preload(bodies, path)
+
+    @contextlib.contextmanager
+    def kept(self, on: bool) -> Iterator[None]:
+        with self._lock:
+            self._wanted.append(on)
+        if not on:
+            self._drop()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._wanted.pop()
+                still = bool(self._wanted) and self._wanted[-1]
+            if not still:
+                self._drop()
+
+    def _drop(self) -> None:
+        with self._lock:
+            host, self._host = self._host, None
+        if host is not None:
+            host.close()
+
+
+_SPARE = _Spare()
+
+
+def keep_spare(on: bool = True) -> contextlib.AbstractContextManager[None]:
+    """While on, each grading in this process (:meth:`Host.take`) starts the next one's host, so a
+    process that grades one tree after another (a test session, a student's watch loop) pays the
+    host's start (Python and torch, about 3 s on a 2-core machine) beside the grading before it
+    rather than in front of its own.  Off (``on=False``, inside a block that keeps one: code that
+    counts this process's children), and when the block ends, the spare is closed: nothing outlives
+    the block."""
+    return _SPARE.kept(on)
 
 
 def main() -> None:

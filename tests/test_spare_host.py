@@ -1,0 +1,112 @@
+"""A process that grades one tree after another keeps one session host ahead (``grader.matrix.host.
+keep_spare``): the next grading takes it instead of waiting for Python and torch to start.
+
+A spare knows nothing before a grading takes it: not the salt, not the submission, at most the pack
+the grading before it preloaded.  The grades are the same with and without one, and nothing outlives
+the block that keeps it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from grader.matrix.host import Host, keep_spare
+from grader.pipeline import grade
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux sandbox's session host")
+
+TOY = Path(__file__).resolve().parents[1] / "tests" / "toy_pack"
+RUBRIC = TOY / "rubric.yaml"
+
+
+@pytest.fixture(autouse=True)
+def no_outer_spare() -> Iterator[None]:
+    """The suite keeps a spare of its own (``tests/conftest.py``): each test here starts from none."""
+    with keep_spare(False):
+        yield
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[Host]:
+    """Every host started from here on, in order."""
+    hosts: list[Host] = []
+    start = Host.start
+
+    def recorded() -> Host:
+        hosts.append(start())
+        return hosts[-1]
+
+    monkeypatch.setattr(Host, "start", staticmethod(recorded))
+    return hosts
+
+
+@pytest.fixture
+def taken(monkeypatch: pytest.MonkeyPatch) -> list[Host]:
+    """Every host a grading took, in order."""
+    hosts: list[Host] = []
+    take = Host.take
+
+    def recorded() -> Host:
+        hosts.append(take())
+        return hosts[-1]
+
+    monkeypatch.setattr(Host, "take", staticmethod(recorded))
+    return hosts
+
+
+def _children() -> set[int]:
+    """This process's children, from every one of its threads."""
+    tasks = Path(f"/proc/{os.getpid()}/task")
+    return {int(pid) for task in tasks.iterdir() for pid in (task / "children").read_text().split()}
+
+
+def test_the_next_grading_takes_the_host_started_beside_the_one_before(started: list[Host], taken: list[Host]) -> None:
+    alone = grade(TOY / "submission", RUBRIC).score
+    started.clear()
+    with keep_spare():
+        first = grade(TOY / "submission", RUBRIC)
+        second = grade(TOY / "wrong", RUBRIC)
+        assert taken[1] is started[1]  # the spare the first grading started, not a new one
+        spare = started[-1]
+        assert spare.proc.poll() is None and spare.told == taken[1].told  # told the pack it graded twice
+    assert (first.score, second.score) == (alone, 0)
+    assert spare.proc.returncode is not None and spare.log.closed  # the block's end closed it
+
+
+def test_a_spare_is_told_nothing_of_a_grading_but_its_pack(started: list[Host]) -> None:
+    secret = "a-salt-no-spare-may-hold"
+    with keep_spare(), pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRADER_INPUT_SALT", secret)
+        grade(TOY / "submission", RUBRIC)
+        grade(TOY / "submission", RUBRIC)
+        spare = started[-1]
+        assert spare.proc.poll() is None
+        environ = Path(f"/proc/{spare.proc.pid}/environ").read_bytes()
+        assert secret.encode() not in environ and b"GRADER_INPUT_SALT" not in environ
+        assert spare.told is not None and spare.told[0] == "tests.toy_pack.bodies"
+
+
+def test_a_spare_started_under_another_environment_is_not_taken(
+    started: list[Host], taken: list[Host], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with keep_spare():
+        grade(TOY / "submission", RUBRIC)
+        spare = started[-1]
+        monkeypatch.setenv("PATH", f"{os.environ['PATH']}:/nonexistent")  # a host's PATH is the grading's
+        grade(TOY / "submission", RUBRIC)
+        assert taken[-1] is not spare and spare.proc.returncode is not None
+
+
+def test_turned_off_the_spare_is_closed_and_no_child_of_this_process_remains() -> None:
+    before = _children()
+    with keep_spare():
+        grade(TOY / "submission", RUBRIC)
+        assert _children() - before  # the spare, ready for a next grading
+        with keep_spare(False):
+            assert _children() == before
+    assert _children() == before
