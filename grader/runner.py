@@ -93,7 +93,7 @@ def run_matrix(
     """Run every case of ``pack`` (or the ``only`` ones) and return the merged JUnit file in ``workdir``;
     ``partial`` (``grader grade -k``): the cases left out are in it too, as ``not_run``.
     ``policy`` is the rubric's ``policy.allow`` (``Policy.to_dict``).  ``host``: the first session's
-    host, started early by the caller (``Host.start``); each session closes its host when it ends (the
+    host, started early by the caller (``Host.take``); each session closes its host when it ends (the
     caller's close is then a no-op, and ends a host the matrix never used), a later round starts its own."""
     assignment = load_pack(pack)
     runtimes.require(assignment.runtime, assignment.id)
@@ -111,7 +111,7 @@ def run_matrix(
     for round_no in range(1, MAX_ROUNDS + 1):
         session_host = None
         if hosted:
-            session_host = host if round_no == 1 and host is not None else Host.start()
+            session_host = host if round_no == 1 and host is not None else Host.take()
         junit = workdir / f"junit-round{round_no}.xml"
         config = MatrixConfig(
             pack=pack,

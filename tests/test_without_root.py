@@ -55,16 +55,19 @@ def test_without_root_honest_code_scores_the_same_and_says_what_is_off(
 
 
 #: grades each (entry name, submission) pair of its arguments in this one process (a Python and a torch
-#: import for them all), and writes each one's runtime layer and Record to the file named first
+#: import for them all, each session's host started beside the grading before), and writes each one's
+#: runtime layer and Record to the file named first
 GRADE_ENTRIES = """
 import dataclasses, json, sys
+from grader.matrix.host import keep_spare
 from grader.pack import load_pack
 from grader.pipeline import grade
 from tests.fidelity import Record, pack_of
 graded = {}
-for name, path in zip(sys.argv[2::2], sys.argv[3::2]):
-    result = grade(path, load_pack(pack_of(name)).rubric)
-    graded[name] = {"runtime": result.isolation["runtime"], **dataclasses.asdict(Record.of(result))}
+with keep_spare():
+    for name, path in zip(sys.argv[2::2], sys.argv[3::2]):
+        result = grade(path, load_pack(pack_of(name)).rubric)
+        graded[name] = {"runtime": result.isolation["runtime"], **dataclasses.asdict(Record.of(result))}
 open(sys.argv[1], "w").write(json.dumps(graded))
 """
 
