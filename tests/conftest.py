@@ -1,6 +1,7 @@
 """Hypothesis profiles for the property-based tests, chosen with ``HYPOTHESIS_PROFILE``; gradings
-several modules share (``graded``); and the fidelity corpus's full-mode grades, shared by the tests
-that compare against them (``full_grades``).
+several modules share (``graded``); the fidelity corpus's full-mode grades, shared by the tests
+that compare against them (``full_grades``); and which modules share a worker when the suite runs on
+several (``scripts/test.sh``: pytest-xdist, ``--dist loadgroup``; see :data:`SHARED_WORKER`).
 
 ``default`` is small and derandomized: ``.ci/run`` and ``scripts/test.sh`` try the same inputs on
 every run, so a result never depends on the day.  ``long`` searches fifty times more inputs, at
@@ -34,6 +35,31 @@ ROOT = Path(__file__).resolve().parent.parent
 # own first one (CI hung for an hour so).  The setting is read when torch loads, which is later.
 assert "torch" not in sys.modules, "conftest must set the numerics environment before torch is imported"
 os.environ.update(NUMERICS_ENV)
+
+#: Modules that must run on one worker, one after the other, when the suite runs on several: what they
+#: share is a session's gradings (computed once per worker) or the machine's process table, which a
+#: test reads whole to prove a grading left nothing behind.  Every other module is a group of its own:
+#: its tests stay together, in order, so module-scoped gradings are made once.
+SHARED_WORKER = {
+    # full_grades: the fidelity corpus graded once, compared with the portable and rootless runtimes
+    "test_fidelity_corpus": "fidelity",
+    "test_portable": "fidelity",
+    "test_without_root": "fidelity",
+    # graded: the references and the template graded once
+    "test_matrix": "graded",
+    "test_pipeline": "graded",
+    # processes that carry the hostile corpus's marker, looked for on the whole machine
+    "test_hostile_corpus": "marked",
+    "test_lifecycle": "marked",
+    "test_sandbox_attacks": "marked",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.module.__name__.rpartition(".")[2] if item.module is not None else item.nodeid
+        item.add_marker(pytest.mark.xdist_group(SHARED_WORKER.get(module, module)))
+
 
 settings.register_profile(
     "default", max_examples=20, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]

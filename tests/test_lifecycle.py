@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from grader import tempdirs
+from tests.processes import descendants, listdir
 
 REPO = Path(__file__).resolve().parents[1]
 ENTRY = REPO / "tests" / "corpus" / "hostile" / "escape_time_bound"
@@ -33,27 +34,9 @@ MARKER = b"hostile-corpus"
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.geteuid() != 0, reason="PID namespaces need root")]
 
 
-def descendants(pid: int) -> set[int]:
-    """Every process below ``pid``, namespaced ones included (seen from the host's /proc)."""
-    found: set[int] = set()
-    frontier = [pid]
-    while frontier:
-        parent = frontier.pop()
-        for task in _listdir(f"/proc/{parent}/task"):
-            try:
-                children = Path(f"/proc/{parent}/task/{task}/children").read_text().split()
-            except OSError:
-                continue
-            for child in map(int, children):
-                if child not in found:
-                    found.add(child)
-                    frontier.append(child)
-    return found
-
-
 def marked() -> set[int]:
     pids = set()
-    for name in _listdir("/proc"):
+    for name in listdir("/proc"):
         if name.isdigit():
             try:
                 if MARKER in Path(f"/proc/{name}/cmdline").read_bytes():
@@ -61,13 +44,6 @@ def marked() -> set[int]:
             except OSError:
                 continue
     return pids
-
-
-def _listdir(path: str) -> list[str]:
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []
 
 
 def alive(pid: int) -> bool:

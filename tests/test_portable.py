@@ -31,6 +31,7 @@ from grader.runtimes.torchdist.portable import Host, Mode, decide, pool_capacity
 from grader.sandbox import isolation
 from grader.scoring import read_junit
 from tests import fidelity
+from tests.processes import other_test_processes
 from tests.test_hangs import body_start
 
 REPO = Path(__file__).resolve().parents[1]
@@ -266,7 +267,8 @@ def test_spawned_workers_as_on_macos_and_windows_join_a_group_run_a_case_and_ser
 
 
 def _multiprocessing_helpers() -> set[int]:
-    """Pids of ``multiprocessing``'s fork servers and resource trackers on this machine."""
+    """Pids of ``multiprocessing``'s fork servers and resource trackers on this machine (but another
+    test worker's: its Dask cluster has its own)."""
     found = set()
     for proc in Path("/proc").iterdir():
         try:
@@ -275,7 +277,7 @@ def _multiprocessing_helpers() -> set[int]:
             continue
         if b"multiprocessing.forkserver import main" in cmdline or b"multiprocessing.resource_tracker" in cmdline:
             found.add(int(proc.name))
-    return found
+    return found - other_test_processes()
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from grader.pack import load_pack
 from grader.runtimes.torchdist.session import Zygote
 from grader.runtimes.torchdist.zygote import scrubbed_environment
 from grader.salt import SALT_ENV
+from tests.processes import descendants
 
 BODIES = load_pack("a9").bodies
 REPO = Path(__file__).resolve().parents[1]
@@ -77,7 +78,7 @@ def test_a_gradings_zygote_never_held_the_salt_and_dies_with_its_session(tmp_pat
     cmd = [sys.executable, "-m", "grader", "grade", str(REPO / "reference" / "a9"), "--out", str(tmp_path)]
     grading = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        session, zygote_pid = _hosted_zygote(time.monotonic() + 60)
+        session, zygote_pid = _hosted_zygote(grading.pid, time.monotonic() + 60)
         environ = Path(f"/proc/{zygote_pid}/environ").read_bytes().split(b"\0")
         assert {entry.split(b"=", 1)[0].decode() for entry in environ if entry} <= set(scrubbed_environment())
         assert not _memory_holds(zygote_pid, secret.encode())
@@ -92,14 +93,15 @@ def test_a_gradings_zygote_never_held_the_salt_and_dies_with_its_session(tmp_pat
         grading.wait()
 
 
-def _hosted_zygote(deadline: float) -> tuple[int, int]:
-    """(session, zygote): the two processes of ``grader.matrix.host``, the one the other's child."""
+def _hosted_zygote(grading: int, deadline: float) -> tuple[int, int]:
+    """(session, zygote): the two processes of ``grader.matrix.host`` below ``grading``, the one the
+    other's child."""
     while time.monotonic() < deadline:
         hosts = {}
-        for entry in Path("/proc").iterdir():
+        for pid in descendants(grading):
             try:
-                if entry.name.isdigit() and b"grader.matrix.host" in (entry / "cmdline").read_bytes():
-                    hosts[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if b"grader.matrix.host" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    hosts[pid] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
             except OSError:
                 continue
         for pid, ppid in hosts.items():
