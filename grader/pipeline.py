@@ -49,7 +49,7 @@ def grade(
 
     ``submitted_at`` and ``trust_commit_time`` decide the submission time (``grader.submission_time``);
     ``deadline`` replaces the rubric's; ``secret_file`` holds the instructor's input salt;
-    ``runtime`` is ``--isolation`` (``runtimes.torchdist.portable.decide``); ``keyword`` is ``-k``:
+    ``runtime`` is ``--isolation`` (``runtimes.torchdist.mode.decide``); ``keyword`` is ``-k``:
     only the matching visible cases run, and the result says its score is partial.
     """
     with _early_host(runtime) as host:  # first: its torch import overlaps all that comes before the matrix
@@ -136,10 +136,10 @@ def _early_host(runtime: str) -> Iterator[Host | None]:
     this process's own imports, the rubric, intake and the static checks (issue 23).  It is told
     nothing until the matrix runs (``grader.matrix.host``); none for the portable runtime."""
     from grader.matrix.host import Host
-    from grader.runtimes.torchdist import portable
+    from grader.runtimes.torchdist import mode
 
     try:
-        hosted = not portable.decide(runtime).portable
+        hosted = not mode.decide(runtime).portable
     except UserError:
         hosted = False  # the matrix says why, as it would without an early host
     host = Host.take() if hosted else None

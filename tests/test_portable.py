@@ -27,7 +27,8 @@ from grader.pack import load_pack
 from grader.pipeline import grade
 from grader.runner import run_matrix
 from grader.runtimes.torchdist import portable
-from grader.runtimes.torchdist.portable import Host, Mode, decide, pool_capacity
+from grader.runtimes.torchdist.mode import Host, Mode, decide, start_method
+from grader.runtimes.torchdist.portable import pool_capacity
 from grader.sandbox import isolation
 from grader.scoring import read_junit
 from tests import fidelity
@@ -138,7 +139,7 @@ def _running(pid: int) -> bool:
 @pytest.mark.parametrize(("system", "method"), [("linux", "forkserver"), ("darwin", "spawn"), ("win32", "spawn")])
 def test_workers_fork_from_a_torch_loaded_server_only_on_linux(system: str, method: str) -> None:
     """Windows has no fork, and macOS's system frameworks are not safe to fork after they load."""
-    assert portable.start_method(system) == method
+    assert start_method(system) == method
 
 
 @pytest.mark.parametrize("method", ["forkserver", "spawn"])
@@ -189,7 +190,8 @@ def test_the_grader_imports_where_fcntl_and_resource_do_not_exist() -> None:
         "sys.modules['fcntl'] = None; sys.modules['resource'] = None\n"
         "del os.fork, os.sysconf\n"
         "import grader.cli, grader.pipeline, grader.runner, grader.matrix.plugin, grader.matrix.verdicts\n"
-        "import grader.runtimes.torchdist.portable, grader.runtimes.torchdist.portable_group\n"
+        "import grader.runtimes.torchdist.mode, grader.runtimes.torchdist.portable\n"
+        "import grader.runtimes.torchdist.portable_group\n"
         "import grader.runtimes.torchdist.rank, grader.selection\n"
         "import grader.sandbox.isolation as iso\n"
         "assert iso.resource is None\n"

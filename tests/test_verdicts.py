@@ -19,7 +19,7 @@ from grader.pack import Case, Prepared
 from grader.results import Verdict
 from grader.runtimes.torchdist import launcher
 from grader.runtimes.torchdist.launcher import GroupStartError
-from grader.runtimes.torchdist.portable import Mode
+from grader.runtimes.torchdist.mode import Mode
 from grader.runtimes.torchdist.replies import Claims
 from grader.runtimes.torchdist.runs import CaseRun, RankReport, clean
 from grader.runtimes.torchdist.traffic import Traffic

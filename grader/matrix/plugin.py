@@ -32,6 +32,7 @@ from grader.runtimes.torchdist.policy import Policy
 
 if TYPE_CHECKING:
     from grader.matrix.verdicts import Decision
+    from grader.runtimes.torchdist.portable import WorkerPool
 
 MEASURE_RUNS = 2  # runs of a case whose capture lost packets, before it is decided on what was measured
 START_ATTEMPTS = 3  # starts of a rank group before its failure decides the case
@@ -58,7 +59,7 @@ class MatrixConfig:
     layers: dict[str, str] = field(default_factory=dict)  # layers the runner reports (the salt's)
     timeline: str = ""  # where the session writes its phases (``grader.matrix.timeline``)
     launched: float = 0.0  # the runner's monotonic clock when it started the session
-    runtime: str = "auto"  # --isolation: auto, full or portable (``runtimes.torchdist.portable.decide``)
+    runtime: str = "auto"  # --isolation: auto, full or portable (``runtimes.torchdist.mode.decide``)
 
     @classmethod
     def load(cls) -> MatrixConfig:
@@ -69,7 +70,7 @@ class MatrixSession:
     def __init__(self, config: MatrixConfig) -> None:
         from grader.limits import Limits
         from grader.pack import load_pack
-        from grader.runtimes.torchdist import portable
+        from grader.runtimes.torchdist import mode
         from grader.runtimes.torchdist.session import Sandboxing, Zygote, student_config
 
         self.config = config
@@ -81,12 +82,14 @@ class MatrixSession:
         self.limits = Limits(**config.limits)
         self.clip = self.limits.clipper()  # every message and capture quoted, bounded per case and in all
         self.sandbox = Path(config.sandbox)
-        self.mode = portable.decide(config.runtime)
+        self.mode = mode.decide(config.runtime)
         self.zygote: Zygote | None = None  # the portable runtime spawns its ranks: no zygote, no sandbox
         self.sandboxing: Sandboxing | None = None
-        self.pool: portable.WorkerPool | None = None
+        self.pool: WorkerPool | None = None
         if self.mode.portable:
-            method = portable.start_method()
+            from grader.runtimes.torchdist import portable
+
+            method = mode.start_method()
             capacity = portable.pool_capacity(self.pack.cases(), set(config.skip), set(self.pack.handoffs), method)
             self.pool = portable.WorkerPool(
                 capacity, self.sandbox, self.pack.bodies, self.pack.search_path, self.student, method
