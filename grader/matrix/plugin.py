@@ -134,7 +134,7 @@ class MatrixSession:
 
     def check(self, case: Case, record: Callable[[str, object], None]) -> None:
         from grader.matrix import verdicts
-        from grader.runtimes.torchdist.launcher import GroupStartError
+        from grader.runtimes.torchdist.runs import GroupStartError
 
         started, groups_before = time.monotonic(), self.timeline.groups
         self.timeline.case_started(started)
@@ -263,7 +263,7 @@ class MatrixSession:
         ever runs beside a group starting up, which would eat into its time budget.  A group that does
         not come up here is started again, with its retries, when a case needs it, as is a group
         replaced after a case.  Not with a pool: its workers serve one group at a time."""
-        from grader.runtimes.torchdist.launcher import GroupStartError
+        from grader.runtimes.torchdist.runs import GroupStartError
 
         if self.pool is not None:
             return
@@ -288,7 +288,7 @@ class MatrixSession:
         taken from those started before the cases (``prepare_groups``).  A start that fails is tried
         again (``START_ATTEMPTS`` in all) with every other group closed, so that what a submission left
         running there cannot starve it; a start that still fails is remembered."""
-        from grader.runtimes.torchdist.launcher import GroupStartError
+        from grader.runtimes.torchdist.runs import GroupStartError
 
         if size in self.start_failures:  # once is enough: the next case would fail the same way
             raise GroupStartError(self.start_failures[size])
