@@ -1,12 +1,12 @@
 """Session side of the portable runtime: rank groups on any OS, where the Linux sandbox cannot be built
 (``mode.decide`` chooses it).
 
-A ``portable_group.PortableGroup`` has the interface of ``launcher.RankGroup`` (start, run_case, close), so
-the matrix session treats both alike: one live group per world size across many cases, torn down
-after any case that leaves the wire in doubt.  Its ranks (``portable_rank``) are started with
-``multiprocessing`` in a scrubbed environment (``mode.start_method``), join a Gloo group through a
-``FileStore`` (no port is guessed; a file works on every OS) over loopback, and are sent only
-inputs; the session decides every verdict.  What it cannot do without Linux: measure the wire, see
+A ``portable_group.PortableGroup`` has the interface of ``launcher.RankGroup`` (start, run_case, close),
+so the matrix session treats both alike: one live group per number of rank processes across many
+cases, torn down after any case that leaves the wire in doubt.  Its ranks (``portable_rank``) are
+started with ``multiprocessing`` in a scrubbed environment (``mode.start_method``), join a Gloo
+group through a ``FileStore`` (no port is guessed; a file works on every OS) over loopback, and are
+sent only inputs; the session decides every verdict.  What it cannot do without Linux: measure the wire, see
 /proc, confine the ranks.  So the messages and bytes are the ranks' own records, a hang is found by
 the case's time budget (and by the ranks' own account for a deadlock), and a rank that does not
 answer its watchdog is a ``hang`` without a line.  Every such layer is reported off, with the
