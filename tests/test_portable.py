@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from grader.errors import UserError
+from grader.junit import read_junit
 from grader.pack import load_pack
 from grader.pipeline import grade
 from grader.runner import run_matrix
@@ -30,7 +31,6 @@ from grader.runtimes.torchdist import portable
 from grader.runtimes.torchdist.mode import Host, Mode, decide, start_method
 from grader.runtimes.torchdist.portable import pool_capacity
 from grader.sandbox import isolation
-from grader.scoring import read_junit
 from tests import fidelity
 from tests.test_hangs import body_start
 

@@ -3,7 +3,7 @@
 It owns the session's zygote and rank groups (one live group per number of rank processes, and one
 of fresh ranks per size where a kind hands off), turns each case into a verdict with
 ``verdicts.decide`` and records it as JUnit properties (``verdict``, ``message``, ``trace``) that
-``grader.scoring`` reads.  Its configuration comes from the JSON file
+``grader.junit`` reads.  Its configuration comes from the JSON file
 named by ``GRADER_MATRIX_CONFIG``, written by ``grader.runner`` into a directory only the grader
 can read; it holds the input salt, which therefore lives in this process alone (the zygote is
 started with a scrubbed environment and never receives it).  A ledger line per finished case lets
