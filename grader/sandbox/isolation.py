@@ -62,6 +62,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.sandbox.descriptors import fd_targets
+from grader.sandbox.reaping import pids
+
 try:
     import resource
 except ImportError:  # Windows: the portable runtime, which reports rlimits off, never calls for it
@@ -211,7 +214,7 @@ def _check_fds(cfg: IsolationConfig) -> str:
     """An inherited descriptor of a file or directory reaches past any new root (``openat``,
     ``/proc/self/fd/N``).  Nothing is closed here (the caller owns its descriptors): only reported."""
     leaks = []
-    for fd, target in _fd_targets():
+    for fd, target in fd_targets():
         if fd <= 2 or fd in cfg.keep_fds:
             continue
         # a memfd (the rank's status slot) is anonymous memory: no way to any file
@@ -255,7 +258,7 @@ def _tasks_of_uid(uid: int) -> int:
     looked at: a third of the cost of parsing it as text (issue 23)."""
     count = 0
     mine = f"\nUid:\t{uid}\t".encode()  # the real uid: the first of four
-    for pid in _pids():
+    for pid in pids():
         try:
             fd = os.open(f"/proc/{pid}/status", os.O_RDONLY)
             try:
@@ -578,127 +581,3 @@ def join_network_namespace(fd: int) -> None:
     """Leader side: enter the group's network namespace (an open ``/proc/<pid>/ns/net``), before
     any rank exists, so that every rank and every thread of it is born there."""
     _check(_libc.setns(fd, CLONE_NEWNET), "setns(CLONE_NEWNET)")
-
-
-def tcp_connections() -> list[list[int]]:
-    """[local port, remote port] of this process's established TCP sockets (Gloo's, right after
-    ``init_process_group``): the session maps the group's traffic to ranks with them.
-
-    Asked of each socket descriptor (``TCP_INFO``), not read from ``/proc/self/net/tcp``: that file
-    walks the kernel's whole table of connections, every namespace's, which cost each rank about 7 ms
-    of CPU (0.3 s of an A9 grading, issue 23)."""
-    found = []
-    for fd in _socket_fds():
-        try:
-            sock = socket.socket(fileno=fd)
-        except OSError:
-            continue
-        try:
-            tcp = sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM
-            if tcp and sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] == TCP_ESTABLISHED:
-                found.append([sock.getsockname()[1], sock.getpeername()[1]])
-        except OSError:
-            pass
-        finally:
-            sock.detach()  # the descriptor stays Gloo's
-    return sorted(found)
-
-
-TCP_ESTABLISHED = 1  # tcp_info.tcpi_state (include/net/tcp_states.h)
-
-
-def _socket_fds() -> list[int]:
-    return [fd for fd, target in _fd_targets() if target.startswith("socket:[")]
-
-
-def _fd_targets() -> list[tuple[int, str]]:
-    """(descriptor, what it points to) for each descriptor this process has open."""
-    found = []
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            found.append((int(name), os.readlink(f"/proc/self/fd/{name}")))
-        except OSError:
-            continue  # the listing's own descriptor, already closed
-    return found
-
-
-# --- what a group's init leaves behind (without a PID namespace) ------------------------------------
-
-
-def _pids() -> list[int]:
-    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
-
-
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, ppid) of a process, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()
-    return fields[0], int(fields[1])
-
-
-def _descendants(ancestor: int, spare: frozenset[int] = frozenset()) -> dict[int, tuple[str, int]]:
-    """Descendants of ``ancestor``, leaving out the ``spare`` processes and everything below them."""
-    table = {pid: st for pid in _pids() if (st := _stat(pid)) is not None}
-    found: dict[int, tuple[str, int]] = {}
-    frontier = [ancestor]
-    while frontier:
-        parent = frontier.pop()
-        for pid, (state, ppid) in table.items():
-            if ppid == parent and pid not in found and pid not in spare:
-                found[pid] = (state, ppid)
-                frontier.append(pid)
-    return found
-
-
-def end_strays(deadline_s: float = 1.0) -> None:
-    """Rank side, after each case, for a rank with a uid of its own: SIGKILL every other process of
-    that uid (what the case started and left running: children, a fork bomb, a ``setsid`` double
-    fork) and reap the rank's own children, so that no case runs beside what an earlier one left.
-    Only with a uid of its own: for a rank that shares the grader's uid, ``kill(-1)`` would reach
-    the grader itself (the group's end takes those processes down instead)."""
-    try:
-        os.kill(-1, signal.SIGKILL)  # Linux never signals the caller with kill(-1)
-    except ProcessLookupError:
-        return  # the uid has no other process
-    until = time.monotonic() + deadline_s
-    while time.monotonic() < until:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            time.sleep(0.005)  # killed, not yet exited; whatever outlasts the deadline is reaped next time
-
-
-def reap_descendants(timeout: float = 2.0, spare: frozenset[int] = frozenset()) -> int:
-    """Parent side: SIGKILL every descendant of this process and reap the ones that become ours.
-
-    Kills all descendants but the ``spare`` ones and their subtrees: call it once the ranks' exit
-    statuses have been collected.  The caller must be a child subreaper (PR_SET_CHILD_SUBREAPER)
-    to catch processes that detached.  Returns how many were killed.
-    """
-    me = os.getpid()
-    killed: set[int] = set()
-    deadline = time.monotonic() + timeout
-    while True:
-        found = _descendants(me, spare)
-        for pid, (state, _) in found.items():
-            if state != "Z":
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.add(pid)
-                except ProcessLookupError:
-                    pass
-        for pid, (_, ppid) in found.items():
-            if ppid == me:
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
-        if not found or time.monotonic() > deadline:
-            return len(killed)
-        time.sleep(0.01)

@@ -282,7 +282,7 @@ def _send(fd: int, message: dict[str, Any]) -> None:
 
 def _stop(*_: Any) -> None:
     """Every rank has ended, or the session stopped the group: take every descendant down."""
-    from grader.sandbox.isolation import reap_descendants
+    from grader.sandbox.reaping import reap_descendants
 
     reap_descendants()
     os._exit(0)
