@@ -153,7 +153,7 @@ def fake_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     parent = os.environ.pop("GRADER_DIE_WITH_PARENT", "")  # as the real grader's cli.main does
     if parent.isdigit():
-        from grader.sandbox.isolation import die_with_parent
+        from grader.sandbox.parent import die_with_parent
 
         die_with_parent(int(parent), signal.SIGTERM)
     salt = os.environ.get("GRADER_INPUT_SALT", "")

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from grader.matrix.host import keep_spare
-from grader.sandbox import descriptors, isolation, reaping
+from grader.sandbox import descriptors, isolation, libc, namespaces, reaping
 from grader.sandbox.isolation import IsolationConfig
 
 ROOT = os.geteuid() == 0
@@ -94,7 +94,7 @@ def run_ranks(
             report: dict[str, Any]
             try:
                 if netns is not None:
-                    isolation.join_network_namespace(netns)
+                    namespaces.join_network_namespace(netns)
                 if prepare:
                     isolation.prepare(cfg)
                 if gloo:
@@ -233,7 +233,7 @@ def test_the_tasks_of_a_uid_are_every_thread_of_its_processes_and_nothing_else(s
 
 @pytest.mark.skipif(not ROOT, reason="a separate uid needs root")
 def test_fork_bomb_is_bounded_and_its_children_reaped(world: Path, student: int) -> None:
-    isolation.become_subreaper()
+    namespaces.become_subreaper()
     # what this test process already runs (an earlier test's fixture, an orphan it adopted) is not the bomb's
     before = frozenset(reaping.descendants(os.getpid()))
 
@@ -262,7 +262,7 @@ def test_fork_bomb_is_bounded_and_its_children_reaped(world: Path, student: int)
 def test_what_a_case_leaves_running_ends_with_the_case_and_the_rank_lives_on(world: Path, student: int) -> None:
     """A fork bomb's processes would otherwise slow every later case of the group: a verdict of one
     case must not depend on what an earlier one left behind."""
-    isolation.become_subreaper()
+    namespaces.become_subreaper()
 
     def probe(cfg: IsolationConfig) -> dict[str, Any]:
         left: list[int] = []
@@ -407,7 +407,7 @@ def test_without_root_an_unprivileged_user_namespace_hides_the_host(open_world: 
             os.setgid(student)
             os.setuid(student)
             # What a rank of a non-root grader starts as (setuid made us non-dumpable).
-            isolation._prctl(isolation.PR_SET_DUMPABLE, 1)
+            libc.prctl(libc.PR_SET_DUMPABLE, 1)
             isolation._state = isolation._State()
             cfg = IsolationConfig(
                 sandbox=open_world / "sandbox",
@@ -614,7 +614,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_detached_setsid_grandchild_is_reparented_and_reaped(world: Path) -> None:
-    isolation.become_subreaper()
+    namespaces.become_subreaper()
 
     def probe(cfg: IsolationConfig) -> dict[str, Any]:
         read, write = os.pipe()
@@ -646,7 +646,7 @@ def _parent(pid: int) -> int | None:
 
 
 def test_reaping_spares_the_given_processes_and_their_children() -> None:
-    isolation.become_subreaper()
+    namespaces.become_subreaper()
     read, write = os.pipe()
     spared = os.fork()
     if spared == 0:  # a rank of a group still in use, with a child of its own

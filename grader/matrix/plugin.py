@@ -399,7 +399,7 @@ _SESSION: MatrixSession | None = None
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     global _SESSION
-    from grader.sandbox.isolation import die_with_parent
+    from grader.sandbox.parent import die_with_parent
 
     die_with_parent(int(os.environ[PARENT_ENV]), getattr(signal, "SIGKILL", signal.SIGTERM))  # ends with its grading
     signal.signal(signal.SIGTERM, _interrupt)  # the runner stops us: close every group on the way out

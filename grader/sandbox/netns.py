@@ -11,7 +11,7 @@ namespace: no process is forked, which from a session that imported torch cost 2
 code) does it, since a user namespace cannot be left again: it first makes a user namespace in which
 its uid is root (a one-uid map: ``0 <uid> 1``), which gives it those capabilities over the network
 namespace it then makes, and hands over the two descriptors and a third, the user namespace, which
-the group's leader joins first (``isolation.join_user_namespace``) to be allowed into the network
+the group's leader joins first (``namespaces.join_user_namespace``) to be allowed into the network
 namespace and to make the PID one.
 """
 

@@ -44,7 +44,7 @@ class Host:
         root = hasattr(os, "geteuid") and os.geteuid() == 0
         if not sys.platform.startswith("linux") or not hasattr(os, "fork") or root:
             return cls(sys.platform, hasattr(os, "fork"), root, "" if root else "not Linux")
-        from grader.sandbox.isolation import user_namespaces
+        from grader.sandbox.namespaces import user_namespaces
 
         return cls(sys.platform, True, False, user_namespaces())
 

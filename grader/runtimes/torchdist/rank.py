@@ -39,6 +39,7 @@ import torch.distributed as dist
 from grader.runtimes.torchdist import guard
 from grader.runtimes.torchdist.torchrun_env import torchrun_env
 from grader.sandbox import audit, descriptors, isolation, reaping, syscalls, wire
+from grader.sandbox.parent import die_with_parent
 from grader.sandbox.status import StatusSlot
 
 MAX_CONTROL_FRAME = 1 << 30
@@ -229,7 +230,7 @@ def main(setup: RankSetup, pipes: RankPipes) -> None:
 
 
 def _prepare_process(pipes: RankPipes) -> None:
-    isolation.die_with_parent(os.getppid(), signal.SIGKILL)
+    die_with_parent(os.getppid(), signal.SIGKILL)
     os.setsid()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
