@@ -244,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from grader.sandbox.isolation import DIE_WITH_PARENT_ENV, die_with_parent
+    from grader.sandbox.parent import DIE_WITH_PARENT_ENV, die_with_parent
 
     parent = os.environ.pop(DIE_WITH_PARENT_ENV, "")  # set by `grader batch` for the grades it starts
     if parent.isdigit():

@@ -28,8 +28,9 @@ Where the files are looked for (the *search rule*):
    them present is enough.
 
 Nothing is ever read through a symbolic link: every path component is opened with ``O_NOFOLLOW``
-relative to its parent, so ``src -> /elsewhere`` is refused like ``collectives.py -> /elsewhere``.
-A hard link, FIFO, device or socket is refused too.
+relative to its parent (:mod:`grader.nolinks`), so ``src -> /elsewhere`` is refused like
+``collectives.py -> /elsewhere``.  A hard link, FIFO, device or socket is refused too, and so is
+every such member of an archive (:mod:`grader.archives`).
 
 Nothing in a submission runs here either: a git repository is read as data by
 :mod:`grader.gitread`, never by ``git``, which would run programs the repository's config names.
@@ -41,24 +42,19 @@ nothing can be graded.
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import lzma
 import os
-import stat
-import tarfile
 import tempfile
-import zipfile
-import zlib
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
-from grader import candidates, gitread
+from grader import archives, candidates, gitread
 from grader.errors import UserError
 from grader.filenames import entries_named, name_matches
+from grader.nolinks import Refused, open_nofollow
 from grader.results import SubmissionInfo
 from grader.submission_time import SubmittedAt, resolve
 from grader.text import shown
@@ -70,13 +66,7 @@ if TYPE_CHECKING:
 SEARCH_DEPTH = 3  # levels searched for the directory that holds the student files
 MAX_DEPTH = 64  # folder levels searched for a deliverable, and kept from an archive
 MAX_ENTRIES = 50_000  # files and folders looked at in one submission
-MAX_ARCHIVE_MEMBERS = 20_000
-#: An archive's members may declare this many times the submission limit before reading stops
-#: (skipping a member of a compressed tar means decompressing it).
-ARCHIVE_DECLARED_FACTOR = 8
 _SKIP_DIRS = frozenset({"__MACOSX", "__pycache__", "node_modules"})
-#: What a damaged archive raises besides the archive modules' own errors.
-_ARCHIVE_ERRORS = (OSError, EOFError, RuntimeError, NotImplementedError, ValueError, zlib.error, lzma.LZMAError)
 
 
 @dataclass(frozen=True)
@@ -99,11 +89,10 @@ class _Copied:
 
 @dataclass
 class _Budget:
-    """Byte limits shared by archive extraction and copying."""
+    """Byte limits of the copy (and of an archive's extraction: ``archives.Bounds``)."""
 
     max_file: int
     max_total: int
-    expanded: int = 0  # bytes an archive expanded to
     used: int = 0  # bytes copied into the sandbox
     looked_at: int = 0  # directory entries scanned, against MAX_ENTRIES
     problems: list[str] = field(default_factory=list)
@@ -207,7 +196,10 @@ def _unpack(source: str, tmp: Path, budget: _Budget, wanted: list[str]) -> tuple
         return path, None
     out = tmp / "archive"
     out.mkdir()
-    _extract(path, out, budget, wanted)
+    extraction = archives.Bounds(budget.max_file, budget.max_total, MAX_DEPTH)
+    archives.extract(path, out, extraction, wanted)
+    for problem in extraction.problems:
+        budget.note(problem)
     return out, None
 
 
@@ -223,106 +215,6 @@ def _checkout_head(top: Path, root: Path, files: dict[str, _Copied], budget: _Bu
             if head.blobs.get(where[name]) != copied.digest:
                 budget.note(f"{shown(copied.found)} differs from the last commit: graded as in the working tree")
     return head
-
-
-# --- archives ------------------------------------------------------------------------------------
-
-# One archive entry, whatever the format: (name, kind, declared size, open) with kind "file", "dir",
-# or the reason it is refused ("is a symlink", ...); ``open`` yields the bytes of a file.
-_Entry = tuple[str, str, int, Callable[[], IO[bytes] | None]]
-
-
-def _extract(archive: Path, out: Path, budget: _Budget, wanted: list[str]) -> None:
-    """Extract regular files and directories only; refuse anything that could point outside ``out``."""
-    names = {PurePosixPath(w).name for w in wanted}
-    declared_cap = ARCHIVE_DECLARED_FACTOR * budget.max_total
-    declared = 0
-    try:
-        for count, (name, kind, size, opener) in enumerate(_entries(archive)):
-            if count >= MAX_ARCHIVE_MEMBERS:
-                budget.note(f"the archive has over {MAX_ARCHIVE_MEMBERS} entries: rest ignored")
-                return
-            declared += size
-            if declared > declared_cap:
-                budget.note(f"the archive's members declare over {declared_cap} bytes: rest ignored")
-                return
-            member = _safe_member(name)
-            why = _member_refusal(member, kind)
-            if why is None and member is not None:
-                try:
-                    if kind == "dir":
-                        (out / member).mkdir(parents=True, exist_ok=True)
-                    elif not _write_member(opener, out / member, budget):
-                        budget.note(f"the archive expands past {budget.max_total} bytes: stopped there")
-                        return
-                except OSError as exc:  # a name too long, a file where a folder was, ...
-                    why = f"cannot be written ({exc.strerror})"
-            # Only refusals of files the rubric asks for are worth telling the student about.
-            if why is not None and PurePosixPath(name.replace("\\", "/")).name in names:
-                budget.note(f"{shown(name)} in the archive {why}: refused")
-    except (zipfile.BadZipFile, tarfile.TarError, *_ARCHIVE_ERRORS) as exc:
-        budget.note(f"the archive is damaged ({shown(str(exc))}): only the part before it was read")
-
-
-def _member_refusal(member: PurePosixPath | None, kind: str) -> str | None:
-    """Why an archive member is not extracted, or None when it is."""
-    if member is None:
-        return "points outside the archive"
-    if len(member.parts) > MAX_DEPTH:
-        return f"is nested over {MAX_DEPTH} folders deep"
-    return None if kind in ("file", "dir") else kind
-
-
-def _entries(archive: Path) -> Iterator[_Entry]:
-    lower = archive.name.lower()
-    shown_name = shown(str(archive))
-    if not lower.endswith((".zip", ".tar.gz", ".tgz", ".tar")):
-        raise UserError(f"{shown_name} is neither a directory, a .zip/.tar.gz archive nor a git repository")
-    try:
-        opened = zipfile.ZipFile(archive) if lower.endswith(".zip") else tarfile.open(archive)  # noqa: SIM115
-    except (zipfile.BadZipFile, tarfile.TarError, *_ARCHIVE_ERRORS) as exc:
-        raise UserError(f"{shown_name} is not a readable archive: {shown(str(exc))}") from exc
-    with opened:
-        if isinstance(opened, zipfile.ZipFile):
-            for info in opened.infolist():
-                kind = "is a symlink" if stat.S_ISLNK(info.external_attr >> 16) else "file"
-                kind = "dir" if info.filename.endswith("/") else kind  # is_dir() fails on an empty name
-                yield info.filename, kind, info.file_size, functools.partial(opened.open, info)
-        else:
-            for tinfo in opened:
-                kind = "dir" if tinfo.isdir() else "file" if tinfo.isreg() else _tar_kind(tinfo)
-                yield tinfo.name, kind, tinfo.size, functools.partial(opened.extractfile, tinfo)
-
-
-def _tar_kind(info: tarfile.TarInfo) -> str:
-    return "is a symlink" if info.issym() else "is a hard link" if info.islnk() else "is not a regular file"
-
-
-def _safe_member(name: str) -> PurePosixPath | None:
-    """The member's relative path, or None when it is empty, absolute or climbs out with ``..``."""
-    member = PurePosixPath(name.replace("\\", "/"))
-    if not member.parts or member.is_absolute() or ":" in member.parts[0] or ".." in member.parts:
-        return None
-    return member
-
-
-def _write_member(opener: Callable[[], IO[bytes] | None], target: Path, budget: _Budget) -> bool:
-    """Write at most max_file + 1 bytes (enough for the copy step to refuse an oversize file);
-    return False once the archive's expanded size passes the total budget."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    src = opener()
-    if src is None:  # tarfile's answer for a member without data
-        return True
-    written = 0
-    with src, open(target, "wb") as out:
-        while written <= budget.max_file and (chunk := src.read(1 << 16)):
-            chunk = chunk[: budget.max_file + 1 - written]
-            out.write(chunk)
-            written += len(chunk)
-            budget.expanded += len(chunk)
-            if budget.expanded > budget.max_total:
-                return False
-    return True
 
 
 # --- the search rule -----------------------------------------------------------------------------
@@ -489,8 +381,8 @@ def _recognise(root: Path, student_files: list[str], hand_in: HandIn, budget: _B
 def _read_candidate(root: Path, relpath: str, budget: _Budget) -> bytes | None:
     """A candidate's bytes, or None (a link or special file: never the hand-in; over the size limit: said)."""
     try:
-        fd = _open_nofollow(root, relpath)
-    except _Refused:
+        fd = open_nofollow(root, relpath)
+    except Refused:
         return None
     with os.fdopen(fd, "rb") as src:
         data = src.read(budget.max_file + 1)
@@ -514,8 +406,8 @@ def _copy_one(root: Path, relpath: str, target: Path, budget: _Budget) -> str | 
     """Copy one regular file without following any symlink; return its digest or None (refused)."""
     shown_path = shown(relpath)
     try:
-        fd = _open_nofollow(root, relpath)
-    except _Refused as refusal:
+        fd = open_nofollow(root, relpath)
+    except Refused as refusal:
         budget.note(f"{shown(refusal.where)} {refusal}: refused")
         return None
     with os.fdopen(fd, "rb") as src:
@@ -533,75 +425,6 @@ def _copy_one(root: Path, relpath: str, target: Path, budget: _Budget) -> str | 
     budget.used += len(data)
     target.write_bytes(data)
     return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-class _Refused(Exception):
-    def __init__(self, where: str, why: str) -> None:
-        super().__init__(why)
-        self.where = where
-
-
-def _open_nofollow(root: Path, relpath: str) -> int:
-    """Open the regular file ``root/relpath`` read-only without following a symlink at any component.
-
-    Each component is looked at with ``lstat`` before it is opened (a device or FIFO is never
-    opened) and opened with ``O_NOFOLLOW`` relative to its parent, so a swap in between fails closed.
-    """
-    parts = PurePosixPath(relpath).parts
-    if os.open not in os.supports_dir_fd:  # Windows: no dir_fd, O_NOFOLLOW or O_DIRECTORY
-        return _open_checked_path(root, parts)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for i, part in enumerate(parts):
-            last = i == len(parts) - 1
-            where = "/".join(parts[: i + 1])
-            try:
-                mode = os.lstat(part, dir_fd=fd).st_mode
-                if not (stat.S_ISREG(mode) if last else stat.S_ISDIR(mode)):
-                    raise _Refused(where, f"is {_kind(mode)}")
-                flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | (0 if last else os.O_DIRECTORY)
-                child = os.open(part, flags, dir_fd=fd)
-            except OSError as exc:
-                raise _Refused(where, f"cannot be read ({exc.strerror})") from exc
-            os.close(fd)
-            fd = child
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise _Refused(relpath, "changed while it was being read")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _open_checked_path(root: Path, parts: tuple[str, ...]) -> int:
-    """Where descriptors cannot be walked (Windows): every component ``lstat``-ed by path (no link, the
-    last a regular file) before the file is opened.  Not race-free as the descriptor walk is: enough
-    for a student grading their own checkout, which is advisory there (the portable runtime)."""
-    for i in range(len(parts)):
-        where = "/".join(parts[: i + 1])
-        last = i == len(parts) - 1
-        try:
-            mode = os.lstat(root.joinpath(*parts[: i + 1])).st_mode
-        except OSError as exc:
-            raise _Refused(where, f"cannot be read ({exc.strerror})") from exc
-        if not (stat.S_ISREG(mode) if last else stat.S_ISDIR(mode)):
-            raise _Refused(where, f"is {_kind(mode)}")
-    try:
-        return os.open(root.joinpath(*parts), os.O_RDONLY | getattr(os, "O_BINARY", 0))
-    except OSError as exc:
-        raise _Refused("/".join(parts), f"cannot be read ({exc.strerror})") from exc
-
-
-def _kind(mode: int) -> str:
-    kinds = [
-        (stat.S_ISLNK, "a symlink"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a device file"),
-        (stat.S_ISBLK, "a device file"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISDIR, "a directory"),
-    ]
-    return next((text for test, text in kinds if test(mode)), "not a regular file")
 
 
 def _lock_down(dest: Path) -> None:

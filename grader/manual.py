@@ -2,9 +2,9 @@
 
 The manual-scores file is kept apart from the cached grading: every batch scores each student again
 from the cached matrix run with the file's scores (``grader.scoring.score``, the one place a score is
-computed, which also holds the contract: which items, and in what range), so editing the file never
-needs a regrade, and removing a line from it restores the automatic score instead of leaving a stale
-override behind.
+computed; ``grader.manual_items`` holds the contract: which items, and in what range), so editing the
+file never needs a regrade, and removing a line from it restores the automatic score instead of
+leaving a stale override behind.
 """
 
 from __future__ import annotations

@@ -49,18 +49,18 @@ def grade(
 
     ``submitted_at`` and ``trust_commit_time`` decide the submission time (``grader.submission_time``);
     ``deadline`` replaces the rubric's; ``secret_file`` holds the instructor's input salt;
-    ``runtime`` is ``--isolation`` (``runtimes.torchdist.portable.decide``); ``keyword`` is ``-k``:
+    ``runtime`` is ``--isolation`` (``runtimes.torchdist.mode.decide``); ``keyword`` is ``-k``:
     only the matching visible cases run, and the result says its score is partial.
     """
     with _early_host(runtime) as host:  # first: its torch import overlaps all that comes before the matrix
-        from grader import intake, runner, scoring, selection, tempdirs
+        from grader import intake, late, runner, scoring, selection, tempdirs
         from grader.render.outputs import write_outputs
         from grader.rubric import load_rubric
         from grader.runtimes.torchdist import static
 
         timings: dict[str, float] = {}
         t0 = time.monotonic()
-        rubric = scoring.under_deadline_option(load_rubric(rubric_path), deadline)
+        rubric = late.under_deadline_option(load_rubric(rubric_path), deadline)
         limits = rubric.limits
         salt, salt_layer = input_salt(secret_file)
         only = selection.select(rubric, keyword) if keyword is not None else None
@@ -136,10 +136,10 @@ def _early_host(runtime: str) -> Iterator[Host | None]:
     this process's own imports, the rubric, intake and the static checks (issue 23).  It is told
     nothing until the matrix runs (``grader.matrix.host``); none for the portable runtime."""
     from grader.matrix.host import Host
-    from grader.runtimes.torchdist import portable
+    from grader.runtimes.torchdist import mode
 
     try:
-        hosted = not portable.decide(runtime).portable
+        hosted = not mode.decide(runtime).portable
     except UserError:
         hosted = False  # the matrix says why, as it would without an early host
     host = Host.take() if hosted else None
@@ -216,7 +216,7 @@ def _exists(source: str) -> bool:
 def _grade_in_docker(args: argparse.Namespace) -> GradeResult:
     """Grade in a fresh container; a container that fails, times out or is OOM-killed is an
     error result that says so (the submission is not blamed with a zero that looks like a grade)."""
-    from grader import scoring
+    from grader import late
     from grader.backends.docker import grade_in_container
     from grader.rubric import load_rubric
 
@@ -225,7 +225,7 @@ def _grade_in_docker(args: argparse.Namespace) -> GradeResult:
     rubric = load_rubric(args.rubric)
     limits = rubric.limits
     out = args.out or Path(tempfile.mkdtemp(prefix="grader-out-"))
-    scoring.under_deadline_option(rubric, args.deadline)  # refused here, as the local backend would
+    late.under_deadline_option(rubric, args.deadline)  # refused here, as the local backend would
     outcome = grade_in_container(
         Path(args.submission),
         out,

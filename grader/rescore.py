@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from grader import scoring
+from grader import late, scoring
 from grader.errors import UserError, environment_fault
 from grader.manual import ManualScores, load_manual
 from grader.pipeline import DELIVERABLES
@@ -60,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
     whose seal fails, for a batch's ``students/*/graded``) leaves the class as it was, never half of
     it under the new rubric; the refusal lists every DIR that could not be read."""
     rubric = load_rubric(args.rubric)
-    rubric = scoring.under_deadline_option(rubric, args.deadline)
+    rubric = late.under_deadline_option(rubric, args.deadline)
     manual = load_manual(args.manual) if args.manual else {}
     start = time.monotonic()
     key = load_key(key_path(args.seal_key)) if any((d / SEAL_FILE).exists() for d in args.dirs) else b""

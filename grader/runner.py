@@ -33,7 +33,7 @@ from grader.matrix.host import Host
 from grader.matrix.plugin import CONFIG_ENV, PARENT_ENV, STARTED, MatrixConfig
 from grader.pack import AssignmentPack, load_pack
 from grader.results import Verdict
-from grader.runtimes.torchdist import portable
+from grader.runtimes.torchdist import mode
 from grader.runtimes.torchdist.zygote import NUMERICS_ENV
 from grader.salt import SALT_ENV
 
@@ -107,7 +107,7 @@ def run_matrix(
     log = ""
     phases: dict[str, float] = {}
     everything = _case_names(assignment, only)
-    hosted = not portable.decide(runtime).portable  # the sandbox's zygote is forked by the session's host
+    hosted = not mode.decide(runtime).portable  # the sandbox's zygote is forked by the session's host
     for round_no in range(1, MAX_ROUNDS + 1):
         session_host = None
         if hosted:

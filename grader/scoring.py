@@ -1,28 +1,26 @@
 """From the matrix's junit.xml, the policy findings and the deliverables to a :class:`GradeResult`.
 
-This is the only place a score is computed; every renderer reads the result.  Feedback is written
+This is the only place a score is computed; every renderer reads the result.  What it builds on:
+the cases as the session recorded them (``grader.junit``), the late policy (``grader.late``) and the
+items a person scores (``grader.manual_items``).  Feedback is written
 for the student: which cases fail, grouped by what went wrong, with the matrix's one-line diagnosis
 of the first of each kind, so the student knows what to fix and not merely that something is off.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
-from xml.etree.ElementTree import ParseError
-
-from junitparser import JUnitXml, Properties, TestCase
+from typing import Any
 
 import grader
-from grader.deliverables import answer_sections, check_advice, check_diagram, check_written, find_deliverable
-from grader.errors import GraderError, UserError
+from grader.deliverables import check_advice
+from grader.junit import Case, read_junit
+from grader.late import late_penalty, lateness
 from grader.manual import ManualScores
+from grader.manual_items import ManualItems, rubric_pack
 from grader.results import (
     CaseOutcome,
     CaseTally,
@@ -30,8 +28,6 @@ from grader.results import (
     GradeResult,
     ItemResult,
     ItemStatus,
-    Lateness,
-    LatePenalty,
     SubmissionInfo,
     TaskResult,
     Verdict,
@@ -40,21 +36,13 @@ from grader.rubric import (
     CasesScoring,
     Component,
     Condition,
-    DeliverableScoring,
     Item,
-    LatePolicy,
-    ManualScoring,
     Rubric,
     TraceCheck,
     TraceScoring,
-    WrittenScoring,
     matches,
     paired,
 )
-from grader.submission_time import TIME_FORMS, parse_time
-
-if TYPE_CHECKING:
-    from grader.pack import AssignmentPack
 
 MAX_FAILURES = 5  # CaseOutcomes kept per item
 EXAMPLES_PER_VERDICT = 2  # distinct messages quoted per kind of failure
@@ -77,43 +65,6 @@ _PHRASES = {
 }
 
 
-@dataclass(frozen=True)
-class Case:
-    """One matrix case as the junit file reports it (or as absent from it)."""
-
-    id: str
-    verdict: Verdict
-    message: str = ""
-    trace: dict[str, Any] | None = None
-
-
-def read_junit(path: Path) -> dict[str, Case]:
-    """Cases by id from a pytest junit.xml (xunit1: properties inside each testcase)."""
-    try:
-        xml = JUnitXml.fromfile(str(path))
-    except (OSError, ParseError) as exc:
-        raise GraderError(f"cannot read the matrix results {path}: {exc}") from exc
-    suites = list(xml) if isinstance(xml, JUnitXml) else [xml]
-    return {case.name: _case(case) for suite in suites for case in suite}
-
-
-def _case(case: TestCase) -> Case:
-    props = {p.name: p.value for props in case.iterchildren(Properties) for p in props}
-    trace = None
-    if props.get("trace"):
-        try:
-            trace = json.loads(props["trace"])
-        except json.JSONDecodeError:
-            trace = None  # checks on it then say no trace was recorded
-    try:
-        verdict = Verdict(props["verdict"])
-    except (KeyError, ValueError):
-        # No verdict means the matrix itself broke on this case: never the student's fault.
-        detail = "; ".join(r.message or type(r).__name__ for r in case.result)
-        return Case(case.name, Verdict.ERROR, f"no verdict recorded{': ' + detail if detail else ''}", trace)
-    return Case(case.name, verdict, props.get("message") or "", trace)
-
-
 def _by_reason(cases: list[Case], degenerate: dict[str, str]) -> dict[str, list[Case]]:
     """Unscored cases grouped by why they weigh nothing ("" for a rubric's own weight 0), in order."""
     groups: dict[str, list[Case]] = {}
@@ -124,48 +75,6 @@ def _by_reason(cases: list[Case], degenerate: dict[str, str]) -> dict[str, list[
 
 def _quote(outcome: CaseOutcome) -> str:
     return f"{outcome.message} ({outcome.id})" if outcome.message else outcome.id
-
-
-def late_penalty(policy: LatePolicy | None, submitted_at: datetime | None, total: float) -> LatePenalty | None:
-    """Days late after the grace period, rounded up; ``None`` when there is no deadline or time."""
-    if policy is None or policy.deadline is None or submitted_at is None:
-        return None
-    if submitted_at.tzinfo is None:
-        submitted_at = submitted_at.replace(tzinfo=timezone.utc)  # times given without a zone are UTC
-    overdue = submitted_at - policy.deadline - timedelta(minutes=policy.grace_minutes)
-    days = max(0, math.ceil(overdue / timedelta(days=1)))
-    percent = min(days * policy.penalty_percent_per_day, policy.cap_percent)
-    return LatePenalty(days_late=days, percent=percent, points=round(total * percent / 100, 2))
-
-
-def lateness(policy: LatePolicy | None, late: LatePenalty | None) -> Lateness:
-    """What :func:`late_penalty` decided: with a deadline but no penalty computed, the time was unknown
-    and nobody may silently call that on time."""
-    if policy is None or policy.deadline is None:
-        return Lateness.NO_DEADLINE
-    if late is None:
-        return Lateness.UNKNOWN
-    return Lateness.LATE if late.days_late > 0 else Lateness.ON_TIME
-
-
-def under_deadline_option(rubric: Rubric, option: str | None) -> Rubric:
-    """``rubric`` under a ``--deadline`` option, the one reading of it for ``grade`` (either backend),
-    ``batch`` and ``rescore``: None (not given) keeps the rubric's deadline; an empty value is refused,
-    since it reads as "no deadline" to one person and "keep the rubric's" to another."""
-    if option is None:
-        return rubric
-    if not option.strip():
-        raise UserError(
-            f"--deadline is empty: give a time ({TIME_FORMS}), or leave the option out to keep the rubric's deadline"
-        )
-    return with_deadline(rubric, parse_time(option, "--deadline"))
-
-
-def with_deadline(rubric: Rubric, deadline: datetime) -> Rubric:
-    """``rubric`` with its late policy's deadline replaced (``grader grade --deadline``)."""
-    if rubric.late is None:
-        raise UserError(f"{rubric.source}: --deadline needs a `late:` section (penalty per day, cap) in the rubric")
-    return dataclasses.replace(rubric, late=dataclasses.replace(rubric.late, deadline=deadline))
 
 
 def score(
@@ -221,44 +130,10 @@ def score(
     )
 
 
-def _pack(rubric: Rubric) -> AssignmentPack | None:
-    from grader.pack import load_pack
-
-    try:
-        return load_pack(rubric.assignment.pack)
-    except UserError:  # a rubric validated against case ids it was given, with no pack installed
-        return None
-
-
 def _pack_feedback(rubric: Rubric, submission_root: Path) -> list[str]:
     """The pack's notes on how it read the hand-in (a report's snippets and where they went)."""
-    pack = _pack(rubric)
+    pack = rubric_pack(rubric)
     return [] if pack is None or pack.feedback is None else pack.feedback(submission_root)
-
-
-#: How much of an answer in words an item's feedback quotes for the instructor.
-QUOTED_CHARS = 2000
-
-
-def _in_words(rubric: Rubric, root: Path) -> dict[str, str]:
-    """Cases item id -> the student's words, for the items every case of which is of a kind the pack
-    found answered in words where code was asked (``AssignmentPack.review``)."""
-    pack = _pack(rubric)
-    if pack is None or pack.review is None:
-        return {}
-    words = pack.review(root)
-    if not words:
-        return {}
-    kind_of = {case.name: case.kind for case in pack.cases()}
-    found: dict[str, str] = {}
-    for item in rubric.items():
-        if not isinstance(item.scoring, CasesScoring):
-            continue
-        patterns = tuple(p for c in item.scoring.components if not c.advisory for p in c.match)
-        kinds = {kind_of.get(cid) for cid in rubric.case_ids if matches(patterns, cid)}
-        if len(kinds) == 1 and (kind := kinds.pop()) in words:
-            found[item.id] = words[kind or ""]
-    return found
 
 
 def _status(points: float, max_points: float) -> ItemStatus:
@@ -291,32 +166,12 @@ class _Scorer:
         self.rubric = rubric
         self.submission = submission
         self.findings = findings
-        self.root = root
-        self.in_words = _in_words(rubric, root)  # item id -> the words an instructor reads instead of code
-        self.manual = self._checked_manual(manual)
+        self.by_hand = ManualItems(rubric, root, manual)  # checks the manual scores first
         # Every case the rubric was checked against, run or not, then any the catalog did not know.
         self.cases = {cid: junit.get(cid, Case(cid, Verdict.ERROR, ABSENT)) for cid in rubric.case_ids}
         self.cases.update((cid, case) for cid, case in sorted(junit.items()) if cid not in self.cases)
         self.number = {cid: n for n, cid in enumerate(self.cases, start=1)}
         self.done: dict[str, ItemResult] = {}
-
-    def _checked_manual(self, manual: ManualScores) -> ManualScores:
-        """The manual-score contract: only deliverable, written and manual items, within 0..max.  A
-        typo must not silently leave an item at its automatic score."""
-        scorable = {
-            item.id: item
-            for item in self.rubric.items()
-            if isinstance(item.scoring, DeliverableScoring | WrittenScoring | ManualScoring) or item.id in self.in_words
-        }
-        for item_id, points in manual.scores.items():
-            if item_id not in scorable:
-                raise UserError(
-                    f"manual score for {item_id!r}: not a deliverable, written or manual item, "
-                    "nor code answered in words"
-                )
-            if not 0 <= points <= scorable[item_id].points:
-                raise UserError(f"manual score for {item_id}: {points:g} is outside 0..{scorable[item_id].points:g}")
-        return manual
 
     def display(self, case_id: str) -> str:
         """The id students see: with hidden case ids, a stable number instead."""
@@ -351,10 +206,10 @@ class _Scorer:
                 bonus=item.bonus,
             )
             self.apply_policy(item, result, evaluation.looked_at)
-            if item.id in self.in_words and evaluation.fraction == 0:
-                self.read_by_instructor(item, result)
+            if item.id in self.by_hand.in_words and evaluation.fraction == 0:
+                self.by_hand.read_by_instructor(item, result)
         else:
-            result = self.instructor_item(item, scoring)
+            result = self.by_hand.item(item, scoring)
         self.done[item.id] = result
         return result
 
@@ -524,69 +379,6 @@ class _Scorer:
             if not ok:
                 return False, "; ".join(seen)
         return True, "; ".join(seen)
-
-    def read_by_instructor(self, item: Item, result: ItemResult) -> None:
-        """Code asked for and words given: the item waits for an instructor, who reads them here."""
-        words = self.in_words[item.id]
-        quoted = words[:QUOTED_CHARS] + (" [...]" if len(words) > QUOTED_CHARS else "")
-        lines = [
-            "answered in words where code was asked: an instructor reads them and scores this item",
-            "  > " + quoted.replace("\n", "\n  > "),
-        ]
-        result.status, result.manual = ItemStatus.PENDING_REVIEW, True
-        self.instructors_score(item, result, lines)
-        result.feedback = "\n".join([*lines, result.feedback])
-
-    def said(self, deliverable: str, question: str) -> bool:
-        """Whether the deliverable holds any words under the question's heading."""
-        path = find_deliverable(self.root, self.rubric.deliverables[deliverable].any_of)
-        if path is None:
-            return False
-        return bool(answer_sections(path.read_text(encoding="utf-8", errors="replace")).get(question, "").split())
-
-    def instructors_score(self, item: Item, result: ItemResult, lines: list[str]) -> None:
-        """An instructor's score for the item, when the manual scores hold one, said first."""
-        if item.id in self.manual.scores:
-            result.score, result.status, result.manual = self.manual.scores[item.id], ItemStatus.MANUAL, True
-            lines.insert(0, f"scored by an instructor: {result.score:g}/{item.points:g}")
-            if self.manual.comments.get(item.id):
-                lines.insert(1, f"instructor's comment: {self.manual.comments[item.id]}")
-
-    # -- deliverables, written answers and instructor items
-
-    def instructor_item(self, item: Item, scoring: DeliverableScoring | WrittenScoring | ManualScoring) -> ItemResult:
-        # manual: the points are (or will be) an instructor's, except for auto-checked Markdown answers.
-        result = ItemResult(
-            item.id, item.title, 0.0, item.points, ItemStatus.PENDING_REVIEW, bonus=item.bonus, manual=True
-        )
-        lines: list[str] = []
-        if isinstance(scoring, DeliverableScoring):
-            ok, message = check_diagram(self.root, self.rubric.deliverables[scoring.deliverable].any_of)
-            if ok:  # awarded provisionally: a real file earns the points until a reviewer says otherwise
-                result.score = item.points
-                lines.append(f"{message}; its {item.points:g} points are provisional until an instructor reviews it")
-            else:
-                result.status = ItemStatus.FAILED
-                lines.append(message)
-        elif isinstance(scoring, WrittenScoring):
-            candidates = self.rubric.deliverables[scoring.deliverable].any_of
-            written = check_written(self.root, candidates, scoring.questions)
-            lines.append(written.message)
-            lines += [f"{q.id} ({q.points:g}/{q.max_points:g}): {q.feedback}" for q in written.questions]
-            if written.file is None:
-                result.status = ItemStatus.FAILED
-            elif not written.pending:
-                result.score = round(sum(q.points for q in written.questions), 2)
-                if not any(q.provisional for q in written.questions):  # else explanations wait for review
-                    result.status, result.manual = ItemStatus.AUTO_CHECKED, False
-        elif scoring.answer is not None and not self.said(*scoring.answer):
-            result.status = ItemStatus.FAILED
-            lines.append(f"no answer found under a '## {scoring.answer[1]}' heading")
-        else:
-            lines.append(f"to be scored by an instructor{': ' + scoring.instructions if scoring.instructions else ''}")
-        self.instructors_score(item, result, lines)
-        result.feedback = "\n".join(lines)
-        return result
 
 
 def _condition(trace: dict[str, Any], condition: Condition) -> tuple[bool | None, str]:

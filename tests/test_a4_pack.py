@@ -18,11 +18,11 @@ import jsonschema
 import pytest
 
 from grader.cli import main
+from grader.junit import read_junit
 from grader.pipeline import grade
 from grader.results import schema_path
 from grader.rubric import load_rubric
 from grader.runner import run_matrix
-from grader.scoring import read_junit
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "reference" / "a4"

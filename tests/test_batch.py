@@ -153,7 +153,7 @@ def fake_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     parent = os.environ.pop("GRADER_DIE_WITH_PARENT", "")  # as the real grader's cli.main does
     if parent.isdigit():
-        from grader.sandbox.isolation import die_with_parent
+        from grader.sandbox.parent import die_with_parent
 
         die_with_parent(int(parent), signal.SIGTERM)
     salt = os.environ.get("GRADER_INPUT_SALT", "")
@@ -258,14 +258,14 @@ def rubric_variant(tmp_path: Path, name: str, *replacements: tuple[str, str], ba
 
 def oracle(out: Path, student: str, rubric: Path | None = None, manual=None, deadline: str | None = None):
     """What scoring the student's cached matrix run under ``rubric`` gives: what the batch must report."""
-    from grader import scoring
+    from grader.late import with_deadline
     from grader.rescore import rescore
     from grader.rubric import load_rubric
     from grader.submission_time import parse_time
 
     loaded = load_rubric(rubric)
     if deadline:
-        loaded = scoring.with_deadline(loaded, parse_time(deadline, "deadline"))
+        loaded = with_deadline(loaded, parse_time(deadline, "deadline"))
     return rescore(out / "students" / student / "graded", loaded, manual)
 
 
@@ -307,10 +307,10 @@ def grade_alone(tmp_path: Path, name: str, *directives: str, rubric: Path | None
 
 
 def test_the_fake_grader_writes_a_real_grading(tmp_path, log):
+    from grader.junit import read_junit
     from grader.pack import load_pack
     from grader.results import GradeResult
     from grader.rubric import load_rubric
-    from grader.scoring import read_junit
 
     out = grade_alone(tmp_path, "alice", "hang-case")
     result = GradeResult.load(out / "results.json")

@@ -16,10 +16,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from grader.junit import read_junit
 from grader.matrix.budgets import CALIBRATION_BYTES, FLOWING_S, MAX_STRETCH, case_budget, out_of_time
 from grader.packs.a9 import catalog
 from grader.runner import run_matrix
-from grader.scoring import read_junit
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["src/collectives.py", "src/transformer.py"]

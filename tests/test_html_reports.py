@@ -160,8 +160,8 @@ def _shown_rates(html: Path) -> dict[str, float]:
 
 
 def test_case_pass_rates_come_from_each_students_results(out):
+    from grader.junit import read_junit
     from grader.results import GradeResult
-    from grader.scoring import read_junit
 
     book = gradebook(out)
     graded = [s for s, r in book.items() if r["status"] == "graded"]

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from grader.matrix.host import keep_spare
-from grader.sandbox import isolation
+from grader.sandbox import descriptors, isolation, libc, namespaces, reaping
 from grader.sandbox.isolation import IsolationConfig
 
 ROOT = os.geteuid() == 0
@@ -94,7 +94,7 @@ def run_ranks(
             report: dict[str, Any]
             try:
                 if netns is not None:
-                    isolation.join_network_namespace(netns)
+                    namespaces.join_network_namespace(netns)
                 if prepare:
                     isolation.prepare(cfg)
                 if gloo:
@@ -233,9 +233,9 @@ def test_the_tasks_of_a_uid_are_every_thread_of_its_processes_and_nothing_else(s
 
 @pytest.mark.skipif(not ROOT, reason="a separate uid needs root")
 def test_fork_bomb_is_bounded_and_its_children_reaped(world: Path, student: int) -> None:
-    isolation.become_subreaper()
+    namespaces.become_subreaper()
     # what this test process already runs (an earlier test's fixture, an orphan it adopted) is not the bomb's
-    before = frozenset(isolation._descendants(os.getpid()))
+    before = frozenset(reaping.descendants(os.getpid()))
 
     def probe(cfg: IsolationConfig) -> dict[str, Any]:
         forked: list[int] = []
@@ -254,7 +254,7 @@ def test_fork_bomb_is_bounded_and_its_children_reaped(world: Path, student: int)
     assert rep["layers"]["nproc"] == "on"
     assert rep["stopped"] == "Resource temporarily unavailable"
     assert len(rep["forked"]) == 32  # the rank's own uid: nothing else counts against it
-    assert isolation.reap_descendants(spare=before) == len(rep["forked"])
+    assert reaping.reap_descendants(spare=before) == len(rep["forked"])
     assert not [pid for pid in rep["forked"] if _alive(pid)]
 
 
@@ -262,7 +262,7 @@ def test_fork_bomb_is_bounded_and_its_children_reaped(world: Path, student: int)
 def test_what_a_case_leaves_running_ends_with_the_case_and_the_rank_lives_on(world: Path, student: int) -> None:
     """A fork bomb's processes would otherwise slow every later case of the group: a verdict of one
     case must not depend on what an earlier one left behind."""
-    isolation.become_subreaper()
+    namespaces.become_subreaper()
 
     def probe(cfg: IsolationConfig) -> dict[str, Any]:
         left: list[int] = []
@@ -280,7 +280,7 @@ def test_what_a_case_leaves_running_ends_with_the_case_and_the_rank_lives_on(wor
             os.write(write, str(grandchild).encode())
             os._exit(0)
         left.append(int(os.read(read, 32)))
-        isolation.end_strays()
+        reaping.end_strays()
         return {"left": left}
 
     (rep,) = run_ranks(world, probe, uid=student)  # the rank reports back: end_strays spared it
@@ -289,7 +289,7 @@ def test_what_a_case_leaves_running_ends_with_the_case_and_the_rank_lives_on(wor
     try:
         assert [pid for pid in rep["left"] if _alive(pid)] == []
     finally:
-        isolation.reap_descendants()
+        reaping.reap_descendants()
 
 
 def _pids_of_uid(uid: int) -> list[int]:
@@ -407,7 +407,7 @@ def test_without_root_an_unprivileged_user_namespace_hides_the_host(open_world: 
             os.setgid(student)
             os.setuid(student)
             # What a rank of a non-root grader starts as (setuid made us non-dumpable).
-            isolation._prctl(isolation.PR_SET_DUMPABLE, 1)
+            libc.prctl(libc.PR_SET_DUMPABLE, 1)
             isolation._state = isolation._State()
             cfg = IsolationConfig(
                 sandbox=open_world / "sandbox",
@@ -464,7 +464,7 @@ def test_a_rank_lists_its_established_tcp_connections_and_no_other_socket() -> N
     others = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM), *socket.socketpair()]
     try:
         here, there = client.getsockname()[1], server.getsockname()[1]
-        assert isolation.tcp_connections() == sorted([[here, there], [there, here]])
+        assert descriptors.tcp_connections() == sorted([[here, there], [there, here]])
         assert client.getpeername() == accepted.getsockname()  # each descriptor is left open, as it was
     finally:
         for sock in (server, client, accepted, *others):
@@ -614,7 +614,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_detached_setsid_grandchild_is_reparented_and_reaped(world: Path) -> None:
-    isolation.become_subreaper()
+    namespaces.become_subreaper()
 
     def probe(cfg: IsolationConfig) -> dict[str, Any]:
         read, write = os.pipe()
@@ -635,18 +635,18 @@ def test_detached_setsid_grandchild_is_reparented_and_reaped(world: Path) -> Non
     while _alive(detached) and _parent(detached) != os.getpid() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert _alive(detached) and _parent(detached) == os.getpid()  # reparented to us, the subreaper
-    assert isolation.reap_descendants() >= 1
+    assert reaping.reap_descendants() >= 1
     assert not _alive(detached)
-    assert isolation.reap_descendants() == 0
+    assert reaping.reap_descendants() == 0
 
 
 def _parent(pid: int) -> int | None:
-    st = isolation._stat(pid)
+    st = reaping.state_of(pid)
     return st[1] if st else None
 
 
 def test_reaping_spares_the_given_processes_and_their_children() -> None:
-    isolation.become_subreaper()
+    namespaces.become_subreaper()
     read, write = os.pipe()
     spared = os.fork()
     if spared == 0:  # a rank of a group still in use, with a child of its own
@@ -659,10 +659,10 @@ def test_reaping_spares_the_given_processes_and_their_children() -> None:
     os.close(write)
     doomed = subprocess.Popen(["sleep", "300"])
     assert receive(read) == {"ready": True}
-    assert isolation.reap_descendants(spare=frozenset({spared})) == 1
+    assert reaping.reap_descendants(spare=frozenset({spared})) == 1
     assert not _alive(doomed.pid)  # killed and reaped (Popen can no longer see its status)
-    assert _alive(spared) and len(isolation._descendants(spared)) == 1
-    assert isolation.reap_descendants() == 2
+    assert _alive(spared) and len(reaping.descendants(spared)) == 1
+    assert reaping.reap_descendants() == 2
     assert not _alive(spared)
 
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from grader.junit import read_junit
 from grader.packs.a9 import catalog
 from grader.runner import run_matrix
-from grader.scoring import read_junit
 
 if TYPE_CHECKING:
     from tests.conftest import Graded

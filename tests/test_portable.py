@@ -23,13 +23,14 @@ from typing import Any
 import pytest
 
 from grader.errors import UserError
+from grader.junit import read_junit
 from grader.pack import load_pack
 from grader.pipeline import grade
 from grader.runner import run_matrix
 from grader.runtimes.torchdist import portable
-from grader.runtimes.torchdist.portable import Host, Mode, decide, pool_capacity
-from grader.sandbox import isolation
-from grader.scoring import read_junit
+from grader.runtimes.torchdist.mode import Host, Mode, decide, start_method
+from grader.runtimes.torchdist.portable import pool_capacity
+from grader.sandbox import libc, namespaces, parent
 from tests import fidelity
 from tests.processes import other_test_processes
 from tests.test_hangs import body_start
@@ -73,17 +74,17 @@ def test_a_platform_without_fork_is_portable(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.delattr(os, "fork")
     assert Host.this().fork is False
     assert decide("auto").name == "portable"
-    assert isolation.user_namespaces() == "this system has no unshare"
+    assert namespaces.user_namespaces() == "this system has no unshare"
 
 
 def test_a_c_library_without_unshare_or_prctl_is_handled(monkeypatch: pytest.MonkeyPatch) -> None:
     """macOS's libc has neither: no namespaces, and the parent is watched by a thread instead."""
-    monkeypatch.setattr(isolation, "_libc", None)
-    assert not isolation.has_libc("prctl")
-    assert isolation.user_namespaces() == "this system has no unshare"
+    monkeypatch.setattr(libc, "LIBC", None)
+    assert not libc.has("prctl")
+    assert namespaces.user_namespaces() == "this system has no unshare"
     watchers: list[int] = []
-    monkeypatch.setattr(isolation, "_watch_parent", watchers.append)
-    isolation.die_with_parent(os.getppid(), 9)
+    monkeypatch.setattr(parent, "_watch_parent", watchers.append)
+    parent.die_with_parent(os.getppid(), 9)
     assert watchers == [os.getppid()]
 
 
@@ -96,7 +97,7 @@ def test_without_proc_no_user_namespace_is_assumed(monkeypatch: pytest.MonkeyPat
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr("builtins.open", no_proc)
-    assert isolation.in_user_namespace() is False
+    assert namespaces.in_user_namespace() is False
 
 
 def test_the_parent_watch_ends_a_process_whose_parent_died(tmp_path: Path) -> None:
@@ -104,12 +105,12 @@ def test_the_parent_watch_ends_a_process_whose_parent_died(tmp_path: Path) -> No
     ``_watch_parent``; Windows' handle wait runs only on the hosted runner)."""
     script = (
         "import os, sys, time\n"
-        "from grader.sandbox import isolation\n"
-        "isolation._libc = None\n"
+        "from grader.sandbox import libc, parent\n"
+        "libc.LIBC = None\n"
         "pid = os.fork()\n"
         "if pid:\n"
         "    print(pid, flush=True); os._exit(0)\n"
-        "isolation.die_with_parent(os.getppid(), 9)\n"
+        "parent.die_with_parent(os.getppid(), 9)\n"
         "time.sleep(30)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=REPO)
@@ -139,7 +140,7 @@ def _running(pid: int) -> bool:
 @pytest.mark.parametrize(("system", "method"), [("linux", "forkserver"), ("darwin", "spawn"), ("win32", "spawn")])
 def test_workers_fork_from_a_torch_loaded_server_only_on_linux(system: str, method: str) -> None:
     """Windows has no fork, and macOS's system frameworks are not safe to fork after they load."""
-    assert portable.start_method(system) == method
+    assert start_method(system) == method
 
 
 @pytest.mark.parametrize("method", ["forkserver", "spawn"])
@@ -190,7 +191,8 @@ def test_the_grader_imports_where_fcntl_and_resource_do_not_exist() -> None:
         "sys.modules['fcntl'] = None; sys.modules['resource'] = None\n"
         "del os.fork, os.sysconf\n"
         "import grader.cli, grader.pipeline, grader.runner, grader.matrix.plugin, grader.matrix.verdicts\n"
-        "import grader.runtimes.torchdist.portable, grader.runtimes.torchdist.portable_group\n"
+        "import grader.runtimes.torchdist.mode, grader.runtimes.torchdist.portable\n"
+        "import grader.runtimes.torchdist.portable_group\n"
         "import grader.runtimes.torchdist.rank, grader.selection\n"
         "import grader.sandbox.isolation as iso\n"
         "assert iso.resource is None\n"

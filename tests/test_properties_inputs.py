@@ -18,11 +18,12 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from grader.errors import UserError
+from grader.junit import read_junit
 from grader.manual import load_manual
 from grader.packs.a9 import catalog
 from grader.results import GradeResult, SubmissionInfo, schema_path
 from grader.rubric import default_rubric_path, load_rubric
-from grader.scoring import read_junit, score
+from grader.scoring import score
 
 CASE_IDS = list(catalog.all_case_ids())
 DEGENERATE = {c.name: c.degenerate for c in catalog.all_cases() if c.degenerate}

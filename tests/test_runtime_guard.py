@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from grader.junit import read_junit
 from grader.runner import run_matrix
 from grader.runtimes.torchdist import static
 from grader.runtimes.torchdist.policy import STRICT
-from grader.scoring import read_junit
 
 EVASIONS = sorted((Path(__file__).parent / "corpus" / "policy" / "evasions").glob("*.py"))
 CASE_OF = {

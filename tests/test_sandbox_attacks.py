@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from grader.junit import Case, read_junit
 from grader.packs.a9 import catalog
 from grader.runner import run_matrix
-from grader.scoring import Case, read_junit
 
 CORPUS = Path(__file__).parent / "corpus" / "hostile"
 REFERENCE = Path(__file__).resolve().parents[1] / "reference" / "a9"

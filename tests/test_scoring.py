@@ -16,6 +16,8 @@ from junitparser import JUnitXml, Properties
 
 from grader import __version__
 from grader.errors import GraderError, UserError
+from grader.junit import read_junit
+from grader.late import late_penalty, with_deadline
 from grader.manual import ManualScores
 from grader.packs.a9.catalog import ONE_RANK
 from grader.results import (
@@ -29,7 +31,7 @@ from grader.results import (
     Verdict,
 )
 from grader.rubric import LatePolicy, Rubric, case_params, load_rubric
-from grader.scoring import late_penalty, read_junit, score, with_deadline
+from grader.scoring import score
 
 FIXTURES = Path(__file__).parent / "fixtures" / "scoring"
 A9 = Path(__file__).parent.parent / "rubrics" / "a9.yaml"
@@ -551,7 +553,7 @@ def test_a_deadline_option_is_read_one_way_everywhere(tmp_path, capsys):
     """``--deadline`` absent keeps the rubric's; a time replaces it; an empty value is refused with a
     clear message by grade (either backend), batch and rescore alike, before anything runs."""
     from grader.cli import main
-    from grader.scoring import under_deadline_option
+    from grader.late import under_deadline_option
 
     assert under_deadline_option(RUBRIC, None) is RUBRIC
     assert (

@@ -16,10 +16,10 @@ import pytest
 
 from grader import runner
 from grader.cli import main
+from grader.junit import read_junit
 from grader.matrix.plugin import STARTED, MatrixConfig
 from grader.packs.a9 import catalog
 from grader.results import GradeResult
-from grader.scoring import read_junit
 
 ROOT = Path(__file__).resolve().parent.parent
 ONLY = [name for name in catalog.all_case_ids() if name.startswith("test_allreduce[ws2-")][:2]

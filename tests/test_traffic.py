@@ -31,7 +31,7 @@ from grader.runtimes.torchdist.traffic import (
     Traffic,
     _Stream,
 )
-from grader.sandbox import isolation, netns
+from grader.sandbox import descriptors, namespaces, netns
 
 
 def op(opcode: int, slot: int, payload: bytes = b"") -> bytes:
@@ -267,9 +267,9 @@ def _rank(rank: int, store: str, netns: int, channel: str, pipe: int, go: int) -
     """A rank born in the group's namespace: Gloo connects, the rank says its ports, waits for the
     case, opens its channel (rank 0) and sends rank 1 a tensor of 4000 bytes through Gloo."""
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    isolation.join_network_namespace(netns)
+    namespaces.join_network_namespace(netns)
     dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2)
-    os.write(pipe, json.dumps(isolation.tcp_connections()).encode())
+    os.write(pipe, json.dumps(descriptors.tcp_connections()).encode())
     os.read(go, 1)
     action = REAL_CHANNELS[channel][0]
     if rank == 0 and action is not None:

@@ -18,10 +18,9 @@ from grader.matrix.timeline import Timeline
 from grader.pack import Case, Prepared
 from grader.results import Verdict
 from grader.runtimes.torchdist import launcher
-from grader.runtimes.torchdist.launcher import GroupStartError
-from grader.runtimes.torchdist.portable import Mode
+from grader.runtimes.torchdist.mode import Mode
 from grader.runtimes.torchdist.replies import Claims
-from grader.runtimes.torchdist.runs import CaseRun, RankReport, clean
+from grader.runtimes.torchdist.runs import CaseRun, GroupStartError, RankReport, clean
 from grader.runtimes.torchdist.traffic import Traffic
 
 CASE = Case("test_allreduce", "ws2", 2, "allreduce", {"must_communicate": True})

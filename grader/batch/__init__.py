@@ -36,7 +36,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from grader import scoring
+from grader import late
 from grader.batch.cache import KEY_FILE, read_json
 from grader.batch.cluster import MAX_IN_FLIGHT, ClusterGrader, connect, parse_cluster
 from grader.batch.roster import Student, load_roster
@@ -119,7 +119,7 @@ def run_batch(
         require_similarity()  # before the grading, not after an hour of it
     salt = input_salt(secret_file)[0] if secret_file else None
     loaded = load_rubric(rubric)  # a broken rubric is one error now, not one per student
-    scored = scoring.under_deadline_option(loaded, deadline)
+    scored = late.under_deadline_option(loaded, deadline)
 
     out = Path(out)
     key = load_key(key_path(seal_key), out)

@@ -31,7 +31,7 @@ from grader.render.outputs import write_text
 from grader.results import GradeResult, TimeSource
 from grader.rubric import Rubric
 from grader.salt import SALT_ENV
-from grader.sandbox.isolation import DIE_WITH_PARENT_ENV
+from grader.sandbox.parent import DIE_WITH_PARENT_ENV
 from grader.seal import seal
 
 KILL_GRACE_S = 10.0  # between SIGINT and SIGKILL when a grade is ended

@@ -219,9 +219,9 @@ def main() -> None:
     args = parser.parse_args()
     from grader.runtimes.torchdist import heap, zygote
     from grader.runtimes.torchdist.zygote import ZYGOTE_ENV
-    from grader.sandbox import isolation
+    from grader.sandbox.parent import die_with_parent
 
-    isolation.die_with_parent(args.runner, signal.SIGKILL)
+    die_with_parent(args.runner, signal.SIGKILL)
     zygote.preload_runtime()
     control = os.fdopen(args.control, "rb")
     bodies, path = _preface(control)
@@ -233,7 +233,7 @@ def main() -> None:
     if pid == 0:
         session.close()
         control.close()
-        isolation.die_with_parent(host, signal.SIGKILL)
+        die_with_parent(host, signal.SIGKILL)
         zygote.serve(theirs, bodies)  # never returns
     theirs.close()
     heap.keep_freed(heap.SESSION_TRIM)  # the session, not its zygote, which keeps less

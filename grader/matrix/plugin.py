@@ -1,8 +1,9 @@
 """The pytest plugin of the matrix session (``-p grader.matrix.plugin``).
 
-It owns the session's zygote and rank groups (one live group per world size), turns each case
-into a verdict with ``verdicts.decide`` and records it as JUnit properties (``verdict``,
-``message``, ``trace``) that ``grader.scoring`` reads.  Its configuration comes from the JSON file
+It owns the session's zygote and rank groups (one live group per number of rank processes, and one
+of fresh ranks per size where a kind hands off), turns each case into a verdict with
+``verdicts.decide`` and records it as JUnit properties (``verdict``, ``message``, ``trace``) that
+``grader.junit`` reads.  Its configuration comes from the JSON file
 named by ``GRADER_MATRIX_CONFIG``, written by ``grader.runner`` into a directory only the grader
 can read; it holds the input salt, which therefore lives in this process alone (the zygote is
 started with a scrubbed environment and never receives it).  A ledger line per finished case lets
@@ -32,6 +33,7 @@ from grader.runtimes.torchdist.policy import Policy
 
 if TYPE_CHECKING:
     from grader.matrix.verdicts import Decision
+    from grader.runtimes.torchdist.portable import WorkerPool
 
 MEASURE_RUNS = 2  # runs of a case whose capture lost packets, before it is decided on what was measured
 START_ATTEMPTS = 3  # starts of a rank group before its failure decides the case
@@ -58,7 +60,7 @@ class MatrixConfig:
     layers: dict[str, str] = field(default_factory=dict)  # layers the runner reports (the salt's)
     timeline: str = ""  # where the session writes its phases (``grader.matrix.timeline``)
     launched: float = 0.0  # the runner's monotonic clock when it started the session
-    runtime: str = "auto"  # --isolation: auto, full or portable (``runtimes.torchdist.portable.decide``)
+    runtime: str = "auto"  # --isolation: auto, full or portable (``runtimes.torchdist.mode.decide``)
 
     @classmethod
     def load(cls) -> MatrixConfig:
@@ -69,7 +71,7 @@ class MatrixSession:
     def __init__(self, config: MatrixConfig) -> None:
         from grader.limits import Limits
         from grader.pack import load_pack
-        from grader.runtimes.torchdist import portable
+        from grader.runtimes.torchdist import mode
         from grader.runtimes.torchdist.session import Sandboxing, Zygote, student_config
 
         self.config = config
@@ -81,12 +83,14 @@ class MatrixSession:
         self.limits = Limits(**config.limits)
         self.clip = self.limits.clipper()  # every message and capture quoted, bounded per case and in all
         self.sandbox = Path(config.sandbox)
-        self.mode = portable.decide(config.runtime)
+        self.mode = mode.decide(config.runtime)
         self.zygote: Zygote | None = None  # the portable runtime spawns its ranks: no zygote, no sandbox
         self.sandboxing: Sandboxing | None = None
-        self.pool: portable.WorkerPool | None = None
+        self.pool: WorkerPool | None = None
         if self.mode.portable:
-            method = portable.start_method()
+            from grader.runtimes.torchdist import portable
+
+            method = mode.start_method()
             capacity = portable.pool_capacity(self.pack.cases(), set(config.skip), set(self.pack.handoffs), method)
             self.pool = portable.WorkerPool(
                 capacity, self.sandbox, self.pack.bodies, self.pack.search_path, self.student, method
@@ -131,7 +135,7 @@ class MatrixSession:
 
     def check(self, case: Case, record: Callable[[str, object], None]) -> None:
         from grader.matrix import verdicts
-        from grader.runtimes.torchdist.launcher import GroupStartError
+        from grader.runtimes.torchdist.runs import GroupStartError
 
         started, groups_before = time.monotonic(), self.timeline.groups
         self.timeline.case_started(started)
@@ -260,7 +264,7 @@ class MatrixSession:
         ever runs beside a group starting up, which would eat into its time budget.  A group that does
         not come up here is started again, with its retries, when a case needs it, as is a group
         replaced after a case.  Not with a pool: its workers serve one group at a time."""
-        from grader.runtimes.torchdist.launcher import GroupStartError
+        from grader.runtimes.torchdist.runs import GroupStartError
 
         if self.pool is not None:
             return
@@ -285,7 +289,7 @@ class MatrixSession:
         taken from those started before the cases (``prepare_groups``).  A start that fails is tried
         again (``START_ATTEMPTS`` in all) with every other group closed, so that what a submission left
         running there cannot starve it; a start that still fails is remembered."""
-        from grader.runtimes.torchdist.launcher import GroupStartError
+        from grader.runtimes.torchdist.runs import GroupStartError
 
         if size in self.start_failures:  # once is enough: the next case would fail the same way
             raise GroupStartError(self.start_failures[size])
@@ -395,7 +399,7 @@ _SESSION: MatrixSession | None = None
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     global _SESSION
-    from grader.sandbox.isolation import die_with_parent
+    from grader.sandbox.parent import die_with_parent
 
     die_with_parent(int(os.environ[PARENT_ENV]), getattr(signal, "SIGKILL", signal.SIGTERM))  # ends with its grading
     signal.signal(signal.SIGTERM, _interrupt)  # the runner stops us: close every group on the way out

@@ -11,7 +11,7 @@ ranks in processes of their own behind a trusted context, on torchdist's process
 
 from __future__ import annotations
 
-#: ``grader grade --isolation``: how the torchdist runtime starts its ranks (``torchdist.portable.decide``).
+#: ``grader grade --isolation``: how the torchdist runtime starts its ranks (``torchdist.mode.decide``).
 ISOLATION_MODES = ("auto", "full", "portable")
 
 #: The runtimes this grader has.

@@ -56,11 +56,30 @@ import site
 import socket
 import sys
 import tempfile
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from grader.sandbox import libc
+from grader.sandbox.descriptors import fd_targets
+from grader.sandbox.libc import (
+    CLONE_NEWIPC,
+    CLONE_NEWNS,
+    CLONE_NEWUSER,
+    MNT_DETACH,
+    MS_BIND,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_RDONLY,
+    MS_REC,
+    MS_REMOUNT,
+    PR_SET_DUMPABLE,
+    PR_SET_NO_NEW_PRIVS,
+    PR_SET_PDEATHSIG,
+)
+from grader.sandbox.namespaces import in_user_namespace
+from grader.sandbox.reaping import pids
 
 try:
     import resource
@@ -68,31 +87,6 @@ except ImportError:  # Windows: the portable runtime, which reports rlimits off,
     resource = None  # type: ignore[assignment]
 
 
-def _load_libc() -> Any:
-    """The C library, or None where there is no ``dlopen(NULL)`` (Windows)."""
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except (OSError, TypeError):
-        return None
-
-
-_libc = _load_libc()
-
-
-def has_libc(name: str) -> bool:
-    """Does this system's C library have ``name`` (``prctl`` and ``unshare`` are Linux's alone)?"""
-    return _libc is not None and hasattr(_libc, name)
-
-
-CLONE_NEWNS = 0x00020000
-CLONE_NEWUSER = 0x10000000
-CLONE_NEWNET = 0x40000000
-CLONE_NEWIPC = 0x08000000
-CLONE_NEWPID = 0x20000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
-MNT_DETACH = 0x2
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(platform.machine())
 _OLD_ROOT = ".old-root"
 _DEVICES = ("null", "zero", "random", "urandom")
@@ -134,15 +128,6 @@ class IsolationConfig:
     allow_read: tuple[Path, ...] = field(default_factory=default_allow_read)  # bound read-only
     hide: tuple[Path, ...] = field(default_factory=default_hide)  # covered where allow_read reaches them
     keep_fds: tuple[int, ...] = ()  # descriptors above 2 the rank needs (pipes); others are reported
-
-
-def in_user_namespace() -> bool:
-    """Is this process in a user namespace other than the host's?  (The initial namespace maps every uid.)"""
-    try:
-        with open("/proc/self/uid_map") as f:
-            return f.read().split() != ["0", "0", "4294967295"]
-    except OSError:
-        return False
 
 
 def _euid() -> int:
@@ -211,7 +196,7 @@ def _check_fds(cfg: IsolationConfig) -> str:
     """An inherited descriptor of a file or directory reaches past any new root (``openat``,
     ``/proc/self/fd/N``).  Nothing is closed here (the caller owns its descriptors): only reported."""
     leaks = []
-    for fd, target in _fd_targets():
+    for fd, target in fd_targets():
         if fd <= 2 or fd in cfg.keep_fds:
             continue
         # a memfd (the rank's status slot) is anonymous memory: no way to any file
@@ -255,7 +240,7 @@ def _tasks_of_uid(uid: int) -> int:
     looked at: a third of the cost of parsing it as text (issue 23)."""
     count = 0
     mine = f"\nUid:\t{uid}\t".encode()  # the real uid: the first of four
-    for pid in _pids():
+    for pid in pids():
         try:
             fd = os.open(f"/proc/{pid}/status", os.O_RDONLY)
             try:
@@ -287,65 +272,13 @@ def _set_nproc(cfg: IsolationConfig, account: tuple[int, int] | str) -> str:
 # --- prctl ---------------------------------------------------------------------------------------
 
 
-def _prctl(option: int, value: int) -> None:
-    if _libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-
-
-#: Set by ``grader batch`` for the grades it starts: the parent's pid, whose death ends the grade
-#: (``grader.cli`` arms :func:`die_with_parent` with it).
-DIE_WITH_PARENT_ENV = "GRADER_DIE_WITH_PARENT"
-
-
-def die_with_parent(parent: int, sig: int) -> None:
-    """Arm PDEATHSIG, then make sure the parent did not die before it was armed.  Where there is no
-    ``prctl`` (macOS, Windows), a thread watches the parent instead."""
-    if not has_libc("prctl"):
-        _watch_parent(parent)
-    else:
-        try:
-            _prctl(PR_SET_PDEATHSIG, sig)
-        except OSError:
-            os._exit(1)
-    if os.getppid() != parent:
-        os._exit(1)
-
-
-PARENT_POLL_S = 0.5
-
-
-def _watch_parent(parent: int) -> None:
-    """Without PDEATHSIG: a thread exits the process once the parent is gone (POSIX: this process was
-    re-parented; Windows, where ``getppid`` keeps a dead parent's pid: the parent's handle is signalled)."""
-    if sys.platform == "win32":
-        kernel32 = ctypes.WinDLL("kernel32")  # type: ignore[attr-defined,unused-ignore]
-        handle = kernel32.OpenProcess(0x00100000, False, parent)  # SYNCHRONIZE
-        if not handle:
-            os._exit(1)
-
-        def gone() -> None:
-            kernel32.WaitForSingleObject(handle, 0xFFFFFFFF)  # INFINITE
-    else:
-
-        def gone() -> None:
-            while os.getppid() == parent:
-                time.sleep(PARENT_POLL_S)
-
-    def watch() -> None:
-        gone()
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True, name="grader-parent-watch").start()
-
-
 def _set_prctl() -> str:
     """After the uid change, which resets both PDEATHSIG and DUMPABLE."""
     parent = os.getppid()
     try:
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        _prctl(PR_SET_DUMPABLE, 0)
-        _prctl(PR_SET_NO_NEW_PRIVS, 1)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        libc.prctl(PR_SET_DUMPABLE, 0)
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1)
     except OSError as exc:
         return f"off: prctl failed: {exc}"
     if os.getppid() != parent:  # the parent died before PDEATHSIG was armed
@@ -413,16 +346,10 @@ def _threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
 def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     kind = fstype.encode() if fstype else None
     options = data.encode() if data else None
-    _check(_libc.mount(source.encode(), target.encode(), kind, flags, options), f"mount {target}")
+    libc.check(libc.LIBC.mount(source.encode(), target.encode(), kind, flags, options), f"mount {target}")
 
 
 def _new_mount_namespace() -> str:
@@ -431,7 +358,7 @@ def _new_mount_namespace() -> str:
         return "off: multi-threaded (call prepare() before init_process_group)"
     flags = CLONE_NEWNS | CLONE_NEWIPC if _state.root else CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUSER
     uid, gid = os.getuid(), os.getgid()
-    if _libc.unshare(flags) != 0:
+    if libc.LIBC.unshare(flags) != 0:
         reason = f"off: unshare: {os.strerror(ctypes.get_errno())}"
         _state.ipc = reason
         return reason
@@ -511,13 +438,13 @@ def _pivot(cfg: IsolationConfig) -> str:
     root = str(_root_dir(cfg))
     if _SYS_PIVOT_ROOT is None:
         return f"off: pivot_root syscall number unknown on {platform.machine()}"
-    if _libc.syscall(_SYS_PIVOT_ROOT, root.encode(), f"{root}/{_OLD_ROOT}".encode()) != 0:
+    if libc.LIBC.syscall(_SYS_PIVOT_ROOT, root.encode(), f"{root}/{_OLD_ROOT}".encode()) != 0:
         # Nothing has moved yet (Docker's default seccomp profile refuses pivot_root): the rank keeps
         # the host's root, and says so.
         return f"off: pivot_root: {os.strerror(ctypes.get_errno())}"
     try:
         os.chdir("/")
-        _check(_libc.umount2(f"/{_OLD_ROOT}".encode(), MNT_DETACH), "umount old root")
+        libc.check(libc.LIBC.umount2(f"/{_OLD_ROOT}".encode(), MNT_DETACH), "umount old root")
         os.rmdir(f"/{_OLD_ROOT}")
         _mount("none", "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     except OSError as exc:
@@ -537,168 +464,3 @@ def _only_loopback() -> bool:
         return [name for _, name in socket.if_nameindex()] == ["lo"]
     except OSError:
         return False
-
-
-def user_namespaces() -> str:
-    """ "" when an unprivileged process may build a rank group's namespaces (user, network, PID, mount,
-    IPC) here, else why not.  Probed in a child, which tries exactly that and exits."""
-    if not hasattr(os, "fork") or not has_libc("unshare"):
-        return "this system has no unshare"
-    flags = CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC
-    pid = os.fork()
-    if pid == 0:
-        os._exit(0 if _libc.unshare(flags) == 0 else min(ctypes.get_errno(), 255) or 255)
-    _, status = os.waitpid(pid, 0)
-    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
-        return ""
-    err = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 0
-    reason = os.strerror(err) if 0 < err < 255 else "the probe failed"
-    return f"unprivileged user namespaces are not available ({reason})"
-
-
-def join_user_namespace(fd: int) -> None:
-    """Leader side, rootless: enter the group's user namespace (an open ``/proc/<pid>/ns/user``), where
-    this uid is root, so that the group's network and PID namespaces can be entered and made."""
-    _check(_libc.setns(fd, CLONE_NEWUSER), "setns(CLONE_NEWUSER)")
-
-
-def become_subreaper() -> None:
-    """Orphans of our descendants (``setsid`` + double fork) come back to us."""
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
-
-
-def new_pid_namespace() -> str:
-    """Leader side: the next child is pid 1 of a new PID namespace ("on"), or why not."""
-    if _libc.unshare(CLONE_NEWPID) != 0:
-        return f"off: unshare(CLONE_NEWPID): {os.strerror(ctypes.get_errno())}"
-    return "on"
-
-
-def join_network_namespace(fd: int) -> None:
-    """Leader side: enter the group's network namespace (an open ``/proc/<pid>/ns/net``), before
-    any rank exists, so that every rank and every thread of it is born there."""
-    _check(_libc.setns(fd, CLONE_NEWNET), "setns(CLONE_NEWNET)")
-
-
-def tcp_connections() -> list[list[int]]:
-    """[local port, remote port] of this process's established TCP sockets (Gloo's, right after
-    ``init_process_group``): the session maps the group's traffic to ranks with them.
-
-    Asked of each socket descriptor (``TCP_INFO``), not read from ``/proc/self/net/tcp``: that file
-    walks the kernel's whole table of connections, every namespace's, which cost each rank about 7 ms
-    of CPU (0.3 s of an A9 grading, issue 23)."""
-    found = []
-    for fd in _socket_fds():
-        try:
-            sock = socket.socket(fileno=fd)
-        except OSError:
-            continue
-        try:
-            tcp = sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM
-            if tcp and sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] == TCP_ESTABLISHED:
-                found.append([sock.getsockname()[1], sock.getpeername()[1]])
-        except OSError:
-            pass
-        finally:
-            sock.detach()  # the descriptor stays Gloo's
-    return sorted(found)
-
-
-TCP_ESTABLISHED = 1  # tcp_info.tcpi_state (include/net/tcp_states.h)
-
-
-def _socket_fds() -> list[int]:
-    return [fd for fd, target in _fd_targets() if target.startswith("socket:[")]
-
-
-def _fd_targets() -> list[tuple[int, str]]:
-    """(descriptor, what it points to) for each descriptor this process has open."""
-    found = []
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            found.append((int(name), os.readlink(f"/proc/self/fd/{name}")))
-        except OSError:
-            continue  # the listing's own descriptor, already closed
-    return found
-
-
-# --- what a group's init leaves behind (without a PID namespace) ------------------------------------
-
-
-def _pids() -> list[int]:
-    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
-
-
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, ppid) of a process, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()
-    return fields[0], int(fields[1])
-
-
-def _descendants(ancestor: int, spare: frozenset[int] = frozenset()) -> dict[int, tuple[str, int]]:
-    """Descendants of ``ancestor``, leaving out the ``spare`` processes and everything below them."""
-    table = {pid: st for pid in _pids() if (st := _stat(pid)) is not None}
-    found: dict[int, tuple[str, int]] = {}
-    frontier = [ancestor]
-    while frontier:
-        parent = frontier.pop()
-        for pid, (state, ppid) in table.items():
-            if ppid == parent and pid not in found and pid not in spare:
-                found[pid] = (state, ppid)
-                frontier.append(pid)
-    return found
-
-
-def end_strays(deadline_s: float = 1.0) -> None:
-    """Rank side, after each case, for a rank with a uid of its own: SIGKILL every other process of
-    that uid (what the case started and left running: children, a fork bomb, a ``setsid`` double
-    fork) and reap the rank's own children, so that no case runs beside what an earlier one left.
-    Only with a uid of its own: for a rank that shares the grader's uid, ``kill(-1)`` would reach
-    the grader itself (the group's end takes those processes down instead)."""
-    try:
-        os.kill(-1, signal.SIGKILL)  # Linux never signals the caller with kill(-1)
-    except ProcessLookupError:
-        return  # the uid has no other process
-    until = time.monotonic() + deadline_s
-    while time.monotonic() < until:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            time.sleep(0.005)  # killed, not yet exited; whatever outlasts the deadline is reaped next time
-
-
-def reap_descendants(timeout: float = 2.0, spare: frozenset[int] = frozenset()) -> int:
-    """Parent side: SIGKILL every descendant of this process and reap the ones that become ours.
-
-    Kills all descendants but the ``spare`` ones and their subtrees: call it once the ranks' exit
-    statuses have been collected.  The caller must be a child subreaper (PR_SET_CHILD_SUBREAPER)
-    to catch processes that detached.  Returns how many were killed.
-    """
-    me = os.getpid()
-    killed: set[int] = set()
-    deadline = time.monotonic() + timeout
-    while True:
-        found = _descendants(me, spare)
-        for pid, (state, _) in found.items():
-            if state != "Z":
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.add(pid)
-                except ProcessLookupError:
-                    pass
-        for pid, (_, ppid) in found.items():
-            if ppid == me:
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
-        if not found or time.monotonic() > deadline:
-            return len(killed)
-        time.sleep(0.01)

@@ -11,7 +11,7 @@ namespace: no process is forked, which from a session that imported torch cost 2
 code) does it, since a user namespace cannot be left again: it first makes a user namespace in which
 its uid is root (a one-uid map: ``0 <uid> 1``), which gives it those capabilities over the network
 namespace it then makes, and hands over the two descriptors and a third, the user namespace, which
-the group's leader joins first (``isolation.join_user_namespace``) to be allowed into the network
+the group's leader joins first (``namespaces.join_user_namespace``) to be allowed into the network
 namespace and to make the PID one.
 """
 
@@ -24,9 +24,9 @@ import struct
 from dataclasses import dataclass
 
 from grader.runtimes.torchdist.traffic import Capture
+from grader.sandbox import libc
+from grader.sandbox.libc import CLONE_NEWNET, CLONE_NEWUSER
 
-CLONE_NEWNET = 0x40000000
-CLONE_NEWUSER = 0x10000000
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 
 
@@ -55,15 +55,14 @@ def loopback_namespace(rootless: bool = False) -> GroupNetwork:
 def _made_here() -> GroupNetwork:
     """Root: this thread enters a new network namespace, sets it up and comes back (a network
     namespace is per thread; the rest of the process never leaves its own)."""
-    libc = ctypes.CDLL(None, use_errno=True)
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     capture: socket.socket | None = None
     try:
         try:
-            capture = _new_loopback(libc)
+            capture = _new_loopback()
             return GroupNetwork(os.open("/proc/thread-self/ns/net", os.O_RDONLY), capture)
         finally:  # back home, also when the unshare itself failed (then this thread never left)
-            if libc.setns(home, CLONE_NEWNET) != 0:  # never go on in the group's namespace
+            if libc.LIBC.setns(home, CLONE_NEWNET) != 0:  # never go on in the group's namespace
                 raise RuntimeError(f"could not return to the session's network namespace: {_errno()}")
     except OSError as exc:
         if capture is not None:
@@ -81,9 +80,8 @@ def _made_by_helper() -> GroupNetwork:
     if pid == 0:  # the helper: a few system calls, then _exit
         parent.close()
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            _own_user_namespace(libc)
-            capture = _new_loopback(libc)
+            _own_user_namespace()
+            capture = _new_loopback()
             fds = [os.open(f"/proc/self/ns/{ns}", os.O_RDONLY) for ns in ("net", "user")]
             socket.send_fds(child, [b"ok"], [fds[0], capture.fileno(), fds[1]])
         except BaseException as exc:
@@ -103,26 +101,21 @@ def _made_by_helper() -> GroupNetwork:
     return GroupNetwork(fds[0], socket.socket(fileno=fds[1]), fds[2])
 
 
-def _new_loopback(libc: ctypes.CDLL) -> socket.socket:
+def _new_loopback() -> socket.socket:
     """This thread in a new network namespace, with ``lo`` up, and a packet socket on it."""
-    _unshare(libc, CLONE_NEWNET, "unshare(CLONE_NEWNET)")
+    libc.check(libc.LIBC.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
     _bring_up_lo()
     return Capture.open_in_current_namespace()
-
-
-def _unshare(libc: ctypes.CDLL, flag: int, what: str) -> None:
-    if libc.unshare(flag) != 0:
-        raise OSError(ctypes.get_errno(), f"{what}: {_errno()}")
 
 
 def _errno() -> str:
     return os.strerror(ctypes.get_errno())
 
 
-def _own_user_namespace(libc: ctypes.CDLL) -> None:
+def _own_user_namespace() -> None:
     """The helper becomes root of a new user namespace that maps only its own uid and gid."""
     uid, gid = os.getuid(), os.getgid()
-    _unshare(libc, CLONE_NEWUSER, "unshare(CLONE_NEWUSER)")
+    libc.check(libc.LIBC.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
     with open("/proc/self/setgroups", "w") as f:
         f.write("deny")
     with open("/proc/self/uid_map", "w") as f:

@@ -1,5 +1,5 @@
-"""Session side: the trusted baseline of Assignment 5, what every rank must return, and the judge of
-what only the assignment knows (Q2's, Q5's, Q6's answers; the checks of Q9 and Q10; the schedule).
+"""Session side: the trusted baseline of Assignment 5 and what every rank must return (what only the
+assignment knows to check, its answers and the schedule, is ``judge``'s).
 
 The weights are drawn so that every layer's signal survives the stack (fc1 ~ N(0, 2/hidden), He
 for the ReLU; fc2 ~ N(0, 1/intermediate)): at ``nn.Linear``'s default initialisation twelve layers

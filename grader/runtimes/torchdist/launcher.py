@@ -40,9 +40,12 @@ from grader.limits import Limits
 from grader.matrix.budgets import out_of_time
 from grader.runtimes.torchdist import procfs, replies
 from grader.runtimes.torchdist.runs import (
+    FAILURE_GRACE_S,
+    STACK_WAIT_S,
     CappedOutput,
     CaseRun,
     GroupLifecycle,
+    GroupStartError,
     RankReport,
     case_frames,
     clean,
@@ -55,8 +58,6 @@ from grader.sandbox import netns, wire
 from grader.sandbox.cgroups import GroupCgroups, MemoryEvents
 from grader.sandbox.status import StatusSlot
 
-STACK_WAIT_S = 1.0  # a spinning rank on a loaded machine can take a while to be scheduled and dump
-FAILURE_GRACE_S = 0.3
 DEATH_WAIT_S = 1.0  # for init's word on how a rank whose pipe closed ended
 #: a capture whose buffer holds bursts wakes the session at most this often: a wake-up per packet kept
 #: the session on a core the ranks needed (issue 23; README's Measurements has the whole change's effect)
@@ -70,16 +71,6 @@ MAX_REPORT_LINE = 256
 #: limit (``fs.pipe-user-pages-soft``, 64 MiB) when not root: two such pipes per rank stay well below it.
 PIPE_BYTES = 1 << 18
 RMTREE_TRIES = 5
-
-
-class GroupStartError(Exception):
-    """A group that did not start.  The grader's failure while no student code has run in the session;
-    after that the session charges it to the submission (``MatrixSession._start_failure``)."""
-
-    def __init__(self, reason: str, run: CaseRun | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.run = run
 
 
 @dataclass
@@ -242,10 +233,7 @@ class RankGroup(GroupLifecycle):
         run = self._exchange([b""] * self.world_size, self.limits.start_timeout_s, expect="ready")
         if any(rep.status != "ready" for rep in run.ranks):
             self.close()
-            failed = [rep for rep in run.ranks if rep.status != "ready"]
-            reason = "; ".join(f"rank {rep.rank}: {rep.message or rep.status}" for rep in failed[:3])
-            tail = run.output.splitlines()[-5:]
-            raise GroupStartError(reason + ("\n" + "\n".join(tail) if tail else ""), run)
+            raise GroupStartError.not_ready(run)
         self._resolve_pids(time.monotonic() + self.limits.start_timeout_s)
         self._threads = [procfs.threads(rk.pid) for rk in self._ranks]  # the runtime's, Gloo's and the student thread
         self._memory = self._memory_events()

@@ -1,23 +1,20 @@
-"""Session side of the portable runtime: rank groups on any OS, where the Linux sandbox cannot be built.
+"""Session side of the portable runtime: rank groups on any OS, where the Linux sandbox cannot be built
+(``mode.decide`` chooses it).
 
-Which runtime a grading uses is decided once per session (:func:`decide`): the full sandbox where
-the process is root on Linux, the rootless one where unprivileged user namespaces work (see
-``grader.sandbox.netns``), and this portable one where there is no ``os.fork``, the system is not
-Linux, or no namespace can be made at all, or when ``--isolation portable`` asks for it.
-
-A ``portable_group.PortableGroup`` has the interface of ``launcher.RankGroup`` (start, run_case, close), so
-the matrix session treats both alike: one live group per world size across many cases, torn down
-after any case that leaves the wire in doubt.  Its ranks (``portable_rank``) are started with
-``multiprocessing`` in a scrubbed environment (:func:`start_method`), join a Gloo group through a
-``FileStore`` (no port is guessed; a file works on every OS) over loopback, and are sent only
-inputs; the session decides every verdict.  What it cannot do without Linux: measure the wire, see
+A ``portable_group.PortableGroup`` has the interface of ``launcher.RankGroup`` (start, run_case, close),
+so the matrix session treats both alike: one live group per number of rank processes across many
+cases, torn down after any case that leaves the wire in doubt.  Its ranks (``portable_rank``) are
+started with ``multiprocessing`` in a scrubbed environment (``mode.start_method``), join a Gloo
+group through a ``FileStore`` (no port is guessed; a file works on every OS) over loopback, and are
+sent only inputs; the session decides every verdict.  What it cannot do without Linux: measure the wire, see
 /proc, confine the ranks.  So the messages and bytes are the ranks' own records, a hang is found by
 the case's time budget (and by the ranks' own account for a deadlock), and a rank that does not
 answer its watchdog is a ``hang`` without a line.  Every such layer is reported off, with the
-``runtime`` layer saying the run is advisory.
+``runtime`` layer saying the run is advisory (``mode.Mode.layers``).
 
 This module imports no torch (the groups, which do, are ``portable_group``'s): the session starts
-its :class:`WorkerPool` first, so that the workers' torch imports overlap its own.
+its :class:`WorkerPool` first, so that the workers' torch imports overlap its own.  The pool knows
+of a group only what it evicts (:class:`Tenant`), so the two modules do not import each other.
 """
 
 from __future__ import annotations
@@ -32,118 +29,20 @@ import sys
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from grader.runtimes.torchdist.mode import start_method
 from grader.runtimes.torchdist.portable_rank import LOOPBACK, WorkerSetup, main
 from grader.runtimes.torchdist.zygote import NUMERICS_ENV
 
 if TYPE_CHECKING:
     from grader.pack import Case
-    from grader.runtimes.torchdist.portable_group import PortableGroup
-    from grader.runtimes.torchdist.traffic import Traffic
 
-ADVISORY = "advisory; the instructor's run is the grade of record"
 #: Environment a spawned rank keeps: what Python and the OS need to start, nothing of the grader's.
 KEEP_ENV = ("PATH", "SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "TEMP", "TMP", "LANG", "LC_ALL", "PATHEXT", "COMSPEC")
 SPAWN_S = 90.0  # added to a group's start budget while a worker still imports torch (a loaded laptop)
 #: What a forked worker would otherwise import first, the pack's rank-side module aside.
 FORKSERVER_PRELOAD = ("torch", "torch.distributed", "grader.runtimes.torchdist.rank", "grader.sandbox.wire")
-
-
-def start_method(system: str = sys.platform) -> str:
-    """How a worker starts.  On Linux, forked from a fresh interpreter that imported torch once, in the
-    scrubbed environment (``forkserver``): a torch import per worker is most of this runtime's cost.
-    Elsewhere, a fresh interpreter of its own (``spawn``): Windows has no fork, and macOS's system
-    frameworks are not safe to fork, which is why Python spawns there too."""
-    return "forkserver" if system.startswith("linux") else "spawn"
-
-
-@dataclass(frozen=True)
-class Host:
-    """What this machine offers the sandbox (every field can be faked in a test)."""
-
-    system: str  # sys.platform
-    fork: bool  # os.fork exists
-    root: bool
-    namespaces: str  # "" when unprivileged user namespaces work, else why not
-
-    @classmethod
-    def this(cls) -> Host:
-        root = hasattr(os, "geteuid") and os.geteuid() == 0
-        if not sys.platform.startswith("linux") or not hasattr(os, "fork") or root:
-            return cls(sys.platform, hasattr(os, "fork"), root, "" if root else "not Linux")
-        from grader.sandbox.isolation import user_namespaces
-
-        return cls(sys.platform, True, False, user_namespaces())
-
-
-@dataclass(frozen=True)
-class Mode:
-    """The runtime a session uses: ``full`` (root), ``rootless`` (a user namespace) or ``portable``."""
-
-    name: str
-    why: str
-
-    @property
-    def portable(self) -> bool:
-        return self.name == "portable"
-
-    def measured(self, traffic: Traffic | None) -> Traffic | None:
-        """The traffic a case is decided on.  Rootless, the capture's buffer is capped at
-        net.core.rmem_max, so a large case on a loaded machine can overflow it through no doing of the
-        submission: a capture still incomplete after its rerun is no measurement, and the case is
-        counted from the ranks' own records (``session.ROOTLESS_CAPTURE``), as in the portable runtime.
-        As root a lost capture stays lost, and fails the case (``verdicts.tampering``)."""
-        if self.name == "rootless" and traffic is not None and traffic.lost:
-            return None
-        return traffic
-
-    def layers(self, method: str = "") -> dict[str, str]:
-        """What the session reports beside the groups' own layers (``method``: :func:`start_method`'s)."""
-        if not self.portable:
-            return {"runtime": f"on: {self.name} ({self.why})"}
-        off = "off: portable runtime"
-        started = {
-            "forkserver": "forked from a fresh interpreter that imported only torch and the rank runtime (forkserver)",
-            "spawn": "a fresh interpreter (spawn)",
-        }[method or start_method()]
-        return {
-            "runtime": f"off: portable runtime ({self.why}): {ADVISORY}",
-            "zygote": f"on: every rank is {started}, with a scrubbed environment",
-            "pid_namespace": off,
-            "cgroup": off,
-            "measured_traffic": f"off: portable runtime: messages and bytes are the ranks' own records ({ADVISORY})",
-            "rlimits": off,
-            "fds": off,
-            "nproc": off,
-            "filesystem": off,
-            "ipc": off,
-            "uid": off,
-            "prctl": off,
-            "network": f"off: portable runtime: the ranks share the host's network ({self.why})",
-            "seccomp": off,
-        }
-
-
-def decide(requested: str, host: Host | None = None) -> Mode:
-    """The runtime for ``--isolation requested`` on ``host`` (this machine by default)."""
-    if requested == "portable":
-        return Mode("portable", "--isolation portable")
-    host = host or Host.this()
-    missing = ""
-    if not host.fork:
-        missing = "no os.fork on this platform"
-    elif not host.system.startswith("linux"):
-        missing = f"the Linux sandbox does not exist on {host.system}"
-    elif not host.root and host.namespaces:
-        missing = f"no namespaces: {host.namespaces}"
-    if missing:
-        if requested == "full":
-            from grader.errors import UserError
-
-            raise UserError(f"--isolation full: the Linux sandbox cannot be built here ({missing})")
-        return Mode("portable", missing)
-    return Mode("full", "root") if host.root else Mode("rootless", "an unprivileged user namespace")
 
 
 @contextlib.contextmanager
@@ -184,6 +83,15 @@ class Worker:
         self.process.join(5.0)
 
 
+class Tenant(Protocol):
+    """What the pool knows of a group holding its workers: how many it holds, and how to end it (its
+    workers then come back through :meth:`WorkerPool.give_back`)."""
+
+    ranks: list[Worker]
+
+    def close(self) -> None: ...
+
+
 class WorkerPool:
     """The session's rank processes.  A worker whose group ended clean (the condition under which a
     forked group serves its next case) joins the next group instead of dying, and at most ``capacity``
@@ -208,7 +116,7 @@ class WorkerPool:
         self.method = method or start_method()
         self.context: Any = multiprocessing.get_context(self.method)  # a spawn or forkserver context
         self.idle: list[Worker] = []
-        self.groups: list[PortableGroup] = []  # live groups, least recently used first
+        self.groups: list[Tenant] = []  # live groups, least recently used first
         self.spawned = 0  # workers started over the session
         with _scrubbed_environment():
             if self.method == "forkserver":
@@ -217,7 +125,7 @@ class WorkerPool:
             else:
                 self.idle = [self._spawn() for _ in range(capacity)]
 
-    def take(self, n: int, group: PortableGroup) -> list[Worker]:
+    def take(self, n: int, group: Tenant) -> list[Worker]:
         """``n`` workers for ``group``: idle ones first, then new ones, evicting idle groups for room."""
         self.idle = [w for w in self.idle if w.process.is_alive()]
         busy = sum(len(g.ranks) for g in self.groups)
@@ -233,13 +141,13 @@ class WorkerPool:
         self.groups.append(group)
         return workers
 
-    def used(self, group: PortableGroup) -> None:
+    def used(self, group: Tenant) -> None:
         """``group`` ran a case: it is the most recently used."""
         if group in self.groups:
             self.groups.remove(group)
             self.groups.append(group)
 
-    def give_back(self, group: PortableGroup, workers: list[Worker], reusable: bool) -> None:
+    def give_back(self, group: Tenant, workers: list[Worker], reusable: bool) -> None:
         if group in self.groups:
             self.groups.remove(group)
         for worker in workers:

@@ -22,9 +22,18 @@ import torch
 from grader import tempdirs
 from grader.limits import Limits
 from grader.runtimes.torchdist import replies
-from grader.runtimes.torchdist.launcher import FAILURE_GRACE_S, STACK_WAIT_S, GroupStartError
 from grader.runtimes.torchdist.portable import SPAWN_S, Worker, WorkerPool
-from grader.runtimes.torchdist.runs import CappedOutput, CaseRun, GroupLifecycle, RankReport, case_frames, clean
+from grader.runtimes.torchdist.runs import (
+    FAILURE_GRACE_S,
+    STACK_WAIT_S,
+    CappedOutput,
+    CaseRun,
+    GroupLifecycle,
+    GroupStartError,
+    RankReport,
+    case_frames,
+    clean,
+)
 from grader.sandbox import wire
 from grader.sandbox.status import StatusSlot
 
@@ -69,10 +78,7 @@ class PortableGroup(GroupLifecycle):
         run = self._exchange(joins, self.limits.start_timeout_s + (SPAWN_S if fresh else 0), expect="ready")
         if any(rep.status != "ready" for rep in run.ranks):
             self.close(reusable=False)
-            failed = [rep for rep in run.ranks if rep.status != "ready"]
-            reason = "; ".join(f"rank {rep.rank}: {rep.message or rep.status}" for rep in failed[:3])
-            tail = run.output.splitlines()[-5:]
-            raise GroupStartError(reason + ("\n" + "\n".join(tail) if tail else ""), run)
+            raise GroupStartError.not_ready(run)
         for layers in self._ready_layers.values():
             self.layers.update(layers)
 

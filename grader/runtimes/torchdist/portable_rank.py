@@ -2,7 +2,7 @@
 
 Where the Linux sandbox cannot be built (no namespaces or ``/proc`` on macOS and Windows, no
 ``fork`` on Windows), a rank is a process the session starts with ``multiprocessing``
-(``portable.start_method``: forked from a fork server that imported torch on Linux, a fresh
+(``mode.start_method``: forked from a fork server that imported torch on Linux, a fresh
 interpreter elsewhere), in a scrubbed environment (no salt, no config path), and
 talks to the session over three ``multiprocessing`` connections, which work on every OS:
 

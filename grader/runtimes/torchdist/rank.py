@@ -38,7 +38,8 @@ import torch.distributed as dist
 
 from grader.runtimes.torchdist import guard
 from grader.runtimes.torchdist.torchrun_env import torchrun_env
-from grader.sandbox import audit, isolation, syscalls, wire
+from grader.sandbox import audit, descriptors, isolation, reaping, syscalls, wire
+from grader.sandbox.parent import die_with_parent
 from grader.sandbox.status import StatusSlot
 
 MAX_CONTROL_FRAME = 1 << 30
@@ -229,7 +230,7 @@ def main(setup: RankSetup, pipes: RankPipes) -> None:
 
 
 def _prepare_process(pipes: RankPipes) -> None:
-    isolation.die_with_parent(os.getppid(), signal.SIGKILL)
+    die_with_parent(os.getppid(), signal.SIGKILL)
     os.setsid()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
@@ -276,7 +277,7 @@ def _serve(setup: RankSetup, pipes: RankPipes) -> None:
         world_size=setup.world_size,
         timeout=datetime.timedelta(seconds=120),
     )
-    sockets = isolation.tcp_connections()
+    sockets = descriptors.tcp_connections()
     layers = dict(isolation.enter(cfg)) if cfg is not None else {"isolation": "off: no isolation configured"}
     rank_guard = guard.install(setup.rank, setup.sandbox, status.set, setup.student)
     layers["seccomp"] = syscalls.install()
@@ -299,7 +300,7 @@ def _serve(setup: RankSetup, pipes: RankPipes) -> None:
         else:
             reply = cases.run(_run_case, frame, student, rank_guard, setup)
             if own_uid:  # before the reply, so the next case never starts beside this one's leftovers
-                isolation.end_strays()
+                reaping.end_strays()
         status.set(StatusSlot.DONE, "")
         out.write(reply)
 

@@ -1,5 +1,6 @@
-"""What one case's run of a rank group returned, as the session observed it, and whether the group
-may run another case: shared by every launcher of the torch.distributed runtime (forked or portable)."""
+"""What one case's run of a rank group returned, as the session observed it, whether the group may
+run another case, and how a group that did not start fails: shared by every launcher of the
+torch.distributed runtime (forked or portable)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from grader.runtimes.torchdist.traffic import Traffic
 from grader.sandbox import wire
 
 G = TypeVar("G", bound="GroupLifecycle")
+
+STACK_WAIT_S = 1.0  # a spinning rank on a loaded machine can take a while to be scheduled and dump
+FAILURE_GRACE_S = 0.3  # after one rank failed, for the others' replies (their own account of the case)
 
 
 @dataclass
@@ -45,6 +49,24 @@ class CaseRun:
     memory_pressure: dict[int, str] = field(default_factory=dict)
     threads_left: dict[int, int] = field(default_factory=dict)  # rank -> threads beyond its own, after the case
     runs: int = 1  # how often the case ran before its traffic was measured (or the session gave up)
+
+
+class GroupStartError(Exception):
+    """A group that did not start.  The grader's failure while no student code has run in the session;
+    after that the session charges it to the submission (``MatrixSession._start_failure``)."""
+
+    def __init__(self, reason: str, run: CaseRun | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.run = run
+
+    @classmethod
+    def not_ready(cls, run: CaseRun) -> GroupStartError:
+        """The ranks' start ``run`` had some not ready: the first three say why, with the output's last lines."""
+        failed = [rep for rep in run.ranks if rep.status != "ready"]
+        reason = "; ".join(f"rank {rep.rank}: {rep.message or rep.status}" for rep in failed[:3])
+        tail = run.output.splitlines()[-5:]
+        return cls(reason + ("\n" + "\n".join(tail) if tail else ""), run)
 
 
 #: Reply statuses after which a rank process is still sound: the failure was the student's Python

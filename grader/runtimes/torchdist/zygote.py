@@ -111,9 +111,9 @@ def main() -> None:
     parser.add_argument("--bodies", required=True, help="the pack's rank-side module, e.g. grader.packs.a9.bodies")
     parser.add_argument("--path", action="append", default=[], help="where a pack that is not installed lives")
     args = parser.parse_args()
-    from grader.sandbox import isolation
+    from grader.sandbox.parent import die_with_parent
 
-    isolation.die_with_parent(args.parent, signal.SIGKILL)
+    die_with_parent(args.parent, signal.SIGKILL)
     sys.path[:0] = args.path
     preload(args.bodies)
     serve(socket.socket(fileno=args.socket), args.bodies)
@@ -189,24 +189,25 @@ def _reap_leaders() -> None:
 def leader(request: GroupRequest, fds: list[int], bodies: Any) -> None:
     """The group leader (never returns): enter the group's network namespace and cgroups, then
     start init, in a new PID namespace when root."""
-    from grader.sandbox import isolation
+    from grader.sandbox import namespaces
+    from grader.sandbox.parent import die_with_parent
 
     code = 1
     try:
-        isolation.die_with_parent(os.getppid(), signal.SIGTERM)
+        die_with_parent(os.getppid(), signal.SIGTERM)
         os.setsid()
         n = request.world_size * FDS_PER_RANK
         report, netns = fds[n], (fds[n + 1] if request.netns else None)
         if request.userns:  # rootless: root in the group's user namespace, which owns its network one
-            isolation.join_user_namespace(fds[n + 2])
+            namespaces.join_user_namespace(fds[n + 2])
             os.close(fds[n + 2])
         if netns is not None:
-            isolation.join_network_namespace(netns)
+            namespaces.join_network_namespace(netns)
             os.close(netns)
         for procs in request.cgroups:
             with open(procs, "w") as f:
                 f.write(str(os.getpid()))
-        pid_namespace = isolation.new_pid_namespace() if request.pid_namespace else "off: needs root"
+        pid_namespace = namespaces.new_pid_namespace() if request.pid_namespace else "off: needs root"
         _send(report, {"pid_namespace": pid_namespace})
         if pid_namespace == "on":
             child = os.fork()
@@ -236,11 +237,12 @@ def _wait_for(child: int) -> None:
 def init(request: GroupRequest, fds: list[int], report: int, bodies: Any, pid_namespace: bool) -> None:
     """Fork the ranks, then report each rank's end and reap everything else, until stopped."""
     from grader.runtimes.torchdist import rank
-    from grader.sandbox import isolation
+    from grader.sandbox.namespaces import become_subreaper
+    from grader.sandbox.parent import die_with_parent
 
-    isolation.die_with_parent(os.getppid(), signal.SIGKILL if pid_namespace else signal.SIGTERM)
+    die_with_parent(os.getppid(), signal.SIGKILL if pid_namespace else signal.SIGTERM)
     if not pid_namespace:  # orphans come back to us; a stop signal takes all of them down
-        isolation.become_subreaper()
+        become_subreaper()
         signal.signal(signal.SIGTERM, _stop)
     ranks: dict[int, int] = {}
     for r in range(request.world_size):
@@ -282,7 +284,7 @@ def _send(fd: int, message: dict[str, Any]) -> None:
 
 def _stop(*_: Any) -> None:
     """Every rank has ended, or the session stopped the group: take every descendant down."""
-    from grader.sandbox.isolation import reap_descendants
+    from grader.sandbox.reaping import reap_descendants
 
     reap_descendants()
     os._exit(0)
