@@ -31,34 +31,6 @@ def no_outer_spare() -> Iterator[None]:
         yield
 
 
-@pytest.fixture
-def started(monkeypatch: pytest.MonkeyPatch) -> list[Host]:
-    """Every host started from here on, in order."""
-    hosts: list[Host] = []
-    start = Host.start
-
-    def recorded() -> Host:
-        hosts.append(start())
-        return hosts[-1]
-
-    monkeypatch.setattr(Host, "start", staticmethod(recorded))
-    return hosts
-
-
-@pytest.fixture
-def taken(monkeypatch: pytest.MonkeyPatch) -> list[Host]:
-    """Every host a grading took, in order."""
-    hosts: list[Host] = []
-    take = Host.take
-
-    def recorded() -> Host:
-        hosts.append(take())
-        return hosts[-1]
-
-    monkeypatch.setattr(Host, "take", staticmethod(recorded))
-    return hosts
-
-
 def _children() -> set[int]:
     """This process's children, from every one of its threads."""
     tasks = Path(f"/proc/{os.getpid()}/task")
