@@ -43,7 +43,7 @@ def test_the_next_grading_takes_the_host_started_beside_the_one_before(started: 
     with keep_spare():
         first = grade(TOY / "submission", RUBRIC)
         second = grade(TOY / "wrong", RUBRIC)
-        assert taken[1] is started[1]  # the spare the first grading started, not a new one
+        assert taken[2] is started[0]  # the second grading took the spare the first one started, not a new one
         spare = started[-1]
         assert spare.proc.poll() is None and spare.told == taken[1].told  # told the pack it graded twice
     assert (first.score, second.score) == (alone, 0)
