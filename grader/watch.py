@@ -44,7 +44,7 @@ def watch(
     halt = stop if stop is not None else threading.Event()
     last: GradeResult | None = None
     done = 0
-    with keep_spare():
+    with keep_spare(one_pack=True):  # one tree, one rubric: the spare may preload its pack at once
         while not halt.is_set():
             before = stamp(watched())
             result = grade()

@@ -156,12 +156,12 @@ def test_an_edit_is_graded_again_on_the_host_started_beside_the_grade_before(
 ) -> None:
     rubric = load_rubric(RUBRIC)
     shown: list[tuple[GradeResult, GradeResult | None]] = []
-    ready: list[Host] = []  # the hosts started before the second grading began
+    ready: dict[Host, object] = {}  # the hosts started before the second grading, with the pack each was told
 
     def show(now: GradeResult, before: GradeResult | None) -> None:
         shown.append((now, before))
         if before is None:  # the student breaks double() after the first grade
-            ready.extend(started)
+            ready.update({host: host.told for host in started})
             shutil.copy(TOY / "wrong" / "ops.py", tree / "ops.py")
 
     with keep_spare(False):  # the suite's own spare (tests/conftest.py) off: the loop keeps its own
@@ -172,6 +172,7 @@ def test_an_edit_is_graded_again_on_the_host_started_beside_the_grade_before(
     assert lines[:2] == ["Since the last grade: 10/10 -> 0/10 (-10)", "  now fail (2):"]
     assert [line.partition(":")[0].strip() for line in lines[2:]] == ["test_double[ws1]", "test_double[ws2]"]
     assert taken[1] in ready and taken[1] is not taken[0]  # warm: the spare started beside the first grading
+    assert ready[taken[1]] == taken[0].told  # and told its pack then: its zygote was ready for the re-grade
     assert all(host.proc.returncode is not None for host in started)  # leaving the loop closed the spare
 
 
