@@ -131,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_student_loop_options(grade: argparse.ArgumentParser) -> None:
-    """``--isolation`` and ``-k``: how a student's machine runs the ranks, and which cases."""
+    """``--isolation``, ``-k`` and ``--watch``: how a student's machine runs the ranks, which cases, and
+    grading again on every save."""
     from grader.runtimes import ISOLATION_MODES
 
     grade.add_argument(
@@ -147,6 +148,12 @@ def add_student_loop_options(grade: argparse.ArgumentParser) -> None:
         metavar="EXPR",
         default=None,
         help="only the cases whose id matches EXPR (pytest's -k grammar, e.g. 'allreduce and ws4'); a partial score",
+    )
+    grade.add_argument(
+        "--watch",
+        action="store_true",
+        help="grade the directory again whenever a graded file changes and say which cases now pass or fail, "
+        "until Ctrl-C (exit 0); the session host is kept warm between grades (not on the portable runtime)",
     )
 
 

@@ -178,6 +178,20 @@ def materialize(
     return Intake(sandbox=dest, info=info, present=present, problems=list(budget.problems), student_files=found)
 
 
+def watched(directory: Path, rubric: Rubric) -> frozenset[Path]:
+    """The files of the submission ``directory`` that :func:`take` reads for ``rubric``, and the places
+    it looks first for those it does not find there (``<root>/<name>``, flat or in the rubric's
+    layout): what ``grader grade --watch`` polls for a change.  Nothing is copied; a candidate the
+    hand-in rule did not choose, or a deliverable that may appear deeper, is not among them."""
+    student_files = list(rubric.student_files)
+    deliverables = [d.any_of for d in rubric.deliverables.values()]
+    budget = _Budget(rubric.limits.file_size_mb << 20, rubric.limits.submission_mb << 20)
+    root = _find_root(directory, student_files, budget)
+    located = _locate(root, student_files, deliverables, budget, rubric.hand_in)
+    first = {root / place for name, _, _ in located for place in (name, PurePosixPath(name).name) if "*" not in name}
+    return frozenset(first | {root / found for _, found, _ in located if found is not None})
+
+
 # --- where the submission comes from -------------------------------------------------------------
 
 
@@ -326,14 +340,7 @@ def _copy_all(
             package.mkdir(exist_ok=True)
             (package / "__init__.py").write_bytes(b"")
     copied: dict[str, _Copied] = {}
-    names = [n for d in deliverables for n in d]
-    places = _find_deliverables(root, names, budget)
-    wanted = [(name, _student_path(root, name), name) for name in student_files]
-    if hand_in is not None and not any(found for _, found, _ in wanted):
-        recognised = _recognise(root, student_files, hand_in, budget)
-        wanted = [(name, recognised.get(name), name) for name in student_files]
-    wanted += [(name, places[name], PurePosixPath(places[name] or name).name) for name in names]
-    for name, found, sandbox_name in wanted:
+    for name, found, sandbox_name in _locate(root, student_files, deliverables, budget, hand_in):
         if found is not None and (digest := _copy_one(root, found, dest / sandbox_name, budget)) is not None:
             copied[sandbox_name] = _Copied(digest, name, found)
     present = {c.rubric_name for c in copied.values()}
@@ -342,6 +349,24 @@ def _copy_all(
             budget.note(f"{' or '.join(alternatives)} is missing")
     _lock_down(dest)
     return copied
+
+
+def _locate(
+    root: Path,
+    student_files: list[str],
+    deliverables: list[tuple[str, ...]],
+    budget: _Budget,
+    hand_in: HandIn | None,
+) -> list[tuple[str, str | None, str]]:
+    """(rubric name, where it is below ``root`` or None, its name in the sandbox) for every file the
+    rubric names: the search rule's 1, 3 and 4."""
+    names = [n for d in deliverables for n in d]
+    places = _find_deliverables(root, names, budget)
+    wanted = [(name, _student_path(root, name), name) for name in student_files]
+    if hand_in is not None and not any(found for _, found, _ in wanted):
+        recognised = _recognise(root, student_files, hand_in, budget)
+        wanted = [(name, recognised.get(name), name) for name in student_files]
+    return wanted + [(name, places[name], PurePosixPath(places[name] or name).name) for name in names]
 
 
 def _recognise(root: Path, student_files: list[str], hand_in: HandIn, budget: _Budget) -> dict[str, str]:

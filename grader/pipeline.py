@@ -176,9 +176,10 @@ def _isolation_fields(sandbox: Path, limits: Limits) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from grader.render.outputs import render
-
     when = given(args.submitted_at, TimeSource(args.submitted_at_source), args.pushed_at)  # a bad time stops here
+    watching = getattr(args, "watch", False)
+    if watching:
+        _refuse_watch(args)
     if args.backend == "docker":
         result = _grade_in_docker(args)
     else:
@@ -188,25 +189,79 @@ def main(args: argparse.Namespace) -> int:
             print(f"grader: {warning}", file=sys.stderr)
         if not _exists(args.submission):
             raise UserError(f"{args.submission}: no such file, directory or git URL")
-        result = grade(
-            args.submission,
-            args.rubric,
-            args.out,
-            when,
-            deadline=args.deadline,
-            trust_commit_time=args.trust_commit_time,
-            secret_file=args.secret_file,
-            runtime=getattr(args, "isolation", "auto"),
-            keyword=getattr(args, "keyword", None),
-        )
+        if watching:
+            return _watch(args, when)
+        result = _grade_locally(args, when)
+    _show(result, args.format)
+    return 0 if result.status == "graded" else 2
+
+
+def _grade_locally(args: argparse.Namespace, when: SubmittedAt | None) -> GradeResult:
+    return grade(
+        args.submission,
+        args.rubric,
+        args.out,
+        when,
+        deadline=args.deadline,
+        trust_commit_time=args.trust_commit_time,
+        secret_file=args.secret_file,
+        runtime=getattr(args, "isolation", "auto"),
+        keyword=getattr(args, "keyword", None),
+    )
+
+
+def _show(result: GradeResult, formats: list[str] | None) -> None:
+    """Print ``result`` in each format asked for (default: the terminal table) and add it to the step summary."""
+    from grader.render.markdown import append_step_summary, render_markdown
+    from grader.render.outputs import render
     from grader.render.workflow import workflow_safe
 
-    for fmt in args.format or ["terminal"]:
+    for fmt in formats or ["terminal"]:
         sys.stdout.write(workflow_safe(render(result, fmt)))  # a CI log: no line of it may be a workflow command
-    from grader.render.markdown import append_step_summary, render_markdown
-
     append_step_summary(render_markdown(result))
-    return 0 if result.status == "graded" else 2
+
+
+def _refuse_watch(args: argparse.Namespace) -> None:
+    """``--watch`` grades a working tree on this machine again and again: not in a container, not an
+    archive or a repository that only a new push changes."""
+    from grader import gitread
+
+    if args.backend == "docker":
+        raise UserError("--watch grades on this machine: leave out --backend docker")
+    source = Path(args.submission)
+    if gitread.is_url(args.submission) or not source.is_dir() or gitread.is_bare_repository(source):
+        raise UserError(
+            f"{args.submission}: --watch needs the directory you edit (a zip, a git URL or a bare repository "
+            "does not change under it); grade it without --watch"
+        )
+
+
+def _watch(args: argparse.Namespace, when: SubmittedAt | None) -> int:
+    """``grader grade DIR --watch`` (``grader.watch``): Ctrl-C ends it with status 0."""
+    from grader import intake, watch
+    from grader.render.changes import render_changes
+    from grader.render.terminal import use_color
+    from grader.rubric import load_rubric
+
+    rubric = load_rubric(args.rubric)
+    directory = Path(args.submission)
+
+    def watched() -> frozenset[Path]:
+        return intake.watched(directory, rubric)
+
+    def show(result: GradeResult, before: GradeResult | None) -> None:
+        _show(result, args.format)
+        if before is not None:
+            sys.stdout.write(render_changes(before, result, color=use_color()))
+        sys.stdout.flush()
+        names = ", ".join(sorted(str(p.relative_to(directory)) for p in watched() if p.exists())) or "for your files"
+        print(f"grader: watching {names}: a change grades again (Ctrl-C ends)", file=sys.stderr)
+
+    try:
+        watch.watch(lambda: _grade_locally(args, when), watched, show)
+    except KeyboardInterrupt:
+        print("grader: stopped watching", file=sys.stderr)
+    return 0
 
 
 def _exists(source: str) -> bool:

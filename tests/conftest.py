@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from grader.matrix.host import Host
 from grader.results import GradeResult
 from grader.runtimes.torchdist.zygote import NUMERICS_ENV
 from grader.seal import SEAL_KEY_ENV
@@ -151,3 +152,31 @@ def load(request: pytest.FixtureRequest) -> Iterator[str]:
         for spinner in spinners:
             spinner.kill()
             spinner.wait()
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[Host]:
+    """Every session host (``grader.matrix.host``) started from here on, in order."""
+    hosts: list[Host] = []
+    start = Host.start
+
+    def recorded() -> Host:
+        hosts.append(start())
+        return hosts[-1]
+
+    monkeypatch.setattr(Host, "start", staticmethod(recorded))
+    return hosts
+
+
+@pytest.fixture
+def taken(monkeypatch: pytest.MonkeyPatch) -> list[Host]:
+    """Every session host a grading took from here on, in order."""
+    hosts: list[Host] = []
+    take = Host.take
+
+    def recorded() -> Host:
+        hosts.append(take())
+        return hosts[-1]
+
+    monkeypatch.setattr(Host, "take", staticmethod(recorded))
+    return hosts

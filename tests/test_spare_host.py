@@ -31,34 +31,6 @@ def no_outer_spare() -> Iterator[None]:
         yield
 
 
-@pytest.fixture
-def started(monkeypatch: pytest.MonkeyPatch) -> list[Host]:
-    """Every host started from here on, in order."""
-    hosts: list[Host] = []
-    start = Host.start
-
-    def recorded() -> Host:
-        hosts.append(start())
-        return hosts[-1]
-
-    monkeypatch.setattr(Host, "start", staticmethod(recorded))
-    return hosts
-
-
-@pytest.fixture
-def taken(monkeypatch: pytest.MonkeyPatch) -> list[Host]:
-    """Every host a grading took, in order."""
-    hosts: list[Host] = []
-    take = Host.take
-
-    def recorded() -> Host:
-        hosts.append(take())
-        return hosts[-1]
-
-    monkeypatch.setattr(Host, "take", staticmethod(recorded))
-    return hosts
-
-
 def _children() -> set[int]:
     """This process's children, from every one of its threads."""
     tasks = Path(f"/proc/{os.getpid()}/task")
@@ -71,7 +43,7 @@ def test_the_next_grading_takes_the_host_started_beside_the_one_before(started: 
     with keep_spare():
         first = grade(TOY / "submission", RUBRIC)
         second = grade(TOY / "wrong", RUBRIC)
-        assert taken[1] is started[1]  # the spare the first grading started, not a new one
+        assert taken[2] is started[0]  # the second grading took the spare the first one started, not a new one
         spare = started[-1]
         assert spare.proc.poll() is None and spare.told == taken[1].told  # told the pack it graded twice
     assert (first.score, second.score) == (alone, 0)

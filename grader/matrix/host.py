@@ -144,7 +144,7 @@ class _Spare:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._wanted: list[bool] = []  # keep_spare's blocks, innermost last: the innermost decides
+        self._wanted: list[tuple[bool, bool]] = []  # keep_spare's blocks (on, one_pack), innermost last: it decides
         self._host: Host | None = None
         self._last: tuple[str, list[str]] | None = None  # the pack the last grading preloaded
 
@@ -153,7 +153,7 @@ class _Spare:
 
         with self._lock:
             host, self._host = self._host, None
-            if self._wanted and self._wanted[-1] and threading.current_thread() is threading.main_thread():
+            if self._wanted and self._wanted[-1][0] and threading.current_thread() is threading.main_thread():
                 # PDEATHSIG follows the thread that started a host: one started on a thread that ends
                 # before the next grading would die under it
                 self._host = Host.start()
@@ -167,20 +167,21 @@ class _Spare:
             return self._host
 
     def expect(self, bodies: str, path: list[str]) -> None:
-        """A grading preloads this pack: when the grading before did too, the spare (not yet told anything)
-        is told it now, so its zygote is ready if the next grading is of the same pack again (a test
-        module's, a watch loop's), and replaced when it is not.  Packs that alternate leave it untold:
-        a spare told the wrong pack is worth nothing."""
+        """A grading preloads this pack: when the grading before did too, or the block says every grading
+        is of one pack (a watch loop's), the spare (not yet told anything) is told it now, so its zygote
+        is ready if the next grading is of the same pack again (a test module's), and replaced when it is
+        not.  Packs that alternate leave it untold: a spare told the wrong pack is worth nothing."""
         with self._lock:
-            again, self._last = self._last == (bodies, path), (bodies, path)
+            one_pack = bool(self._wanted) and self._wanted[-1][1]
+            again, self._last = one_pack or self._last == (bodies, path), (bodies, path)
             spare = self._host if again and self._host is not None and self._host.told is None else None
         if spare is not None:
             spare.preload(bodies, path)
 
     @contextlib.contextmanager
-    def kept(self, on: bool) -> Iterator[None]:
+    def kept(self, on: bool, one_pack: bool) -> Iterator[None]:
         with self._lock:
-            self._wanted.append(on)
+            self._wanted.append((on, one_pack))
         if not on:
             self._drop()
         try:
@@ -188,7 +189,7 @@ class _Spare:
         finally:
             with self._lock:
                 self._wanted.pop()
-                still = bool(self._wanted) and self._wanted[-1]
+                still = bool(self._wanted) and self._wanted[-1][0]
             if not still:
                 self._drop()
 
@@ -202,14 +203,16 @@ class _Spare:
 _SPARE = _Spare()
 
 
-def keep_spare(on: bool = True) -> contextlib.AbstractContextManager[None]:
+def keep_spare(on: bool = True, *, one_pack: bool = False) -> contextlib.AbstractContextManager[None]:
     """While on, each grading in this process (:meth:`Host.take`) starts the next one's host, so a
     process that grades one tree after another (a test session, a student's watch loop) pays the
     host's start (Python and torch, about 3 s on a 2-core machine) beside the grading before it
     rather than in front of its own.  Off (``on=False``, inside a block that keeps one: code that
     counts this process's children), and when the block ends, the spare is closed: nothing outlives
-    the block."""
-    return _SPARE.kept(on)
+    the block.  ``one_pack``: every grading in the block is of one pack (a watch loop grades one tree),
+    so the spare is told it as soon as the first grading preloads it: the first re-grade finds its
+    zygote ready too, not only the later ones."""
+    return _SPARE.kept(on, one_pack)
 
 
 def main() -> None:

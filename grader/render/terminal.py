@@ -24,12 +24,14 @@ from grader.results import GradeResult, ItemStatus
 TITLE_WIDTH = 40
 FINDINGS_SHOWN = 5
 
-_RESET = "\033[0m"
+RESET = "\033[0m"
 _BOLD = "\033[1m"
+PASS_COLOR = "\033[32m"
+FAIL_COLOR = "\033[31m"
 _STATUS_COLORS = {
-    ItemStatus.PASSED: "\033[32m",
+    ItemStatus.PASSED: PASS_COLOR,
     ItemStatus.PARTIAL: "\033[33m",
-    ItemStatus.FAILED: "\033[31m",
+    ItemStatus.FAILED: FAIL_COLOR,
     ItemStatus.PENDING_REVIEW: "\033[36m",
     ItemStatus.AUTO_CHECKED: "\033[33m",
     ItemStatus.MANUAL: "\033[35m",
@@ -73,14 +75,14 @@ def render_terminal(result: GradeResult, *, color: bool | None = None) -> str:
     for cells, status in table:
         item_id, title, cases, points, label = cells
         if paint and status is not None:
-            label = f"{_STATUS_COLORS[status]}{label}{_RESET}"
+            label = f"{_STATUS_COLORS[status]}{label}{RESET}"
         lines.append(
             f"{item_id.ljust(widths[0])}  {title.ljust(widths[1])}  {cases.rjust(widths[2])}  "
             f"{points.rjust(widths[3])}  {label}".rstrip()
         )
     lines += _notes(result)
     total = score_line(result)
-    lines.append(f"{_BOLD}{total}{_RESET}" if paint else total)
+    lines.append(f"{_BOLD}{total}{RESET}" if paint else total)
     return "\n".join(lines) + "\n"
 
 
