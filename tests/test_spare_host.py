@@ -17,6 +17,7 @@ import pytest
 
 from grader.matrix.host import Host, keep_spare
 from grader.pipeline import grade
+from tests.processes import listdir
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux sandbox's session host")
 
@@ -35,6 +36,22 @@ def _children() -> set[int]:
     """This process's children, from every one of its threads."""
     tasks = Path(f"/proc/{os.getpid()}/task")
     return {int(pid) for task in tasks.iterdir() for pid in (task / "children").read_text().split()}
+
+
+def _in_groups(leaders: set[int]) -> set[int]:
+    """Every process of the machine still running in a process group these hosts lead (a host's zygote).
+    One killed with its group is reparented to init when its host dies first: until init reaps it, it
+    is listed with no command line left (its memory is gone, it runs nothing), and that is not counted."""
+    found = set()
+    for pid in listdir("/proc"):
+        try:
+            group = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[2])
+            running = bool(Path(f"/proc/{pid}/cmdline").read_bytes())
+        except (OSError, ValueError, IndexError):
+            continue
+        if group in leaders and running:
+            found.add(int(pid))
+    return found
 
 
 def test_the_next_grading_takes_the_host_started_beside_the_one_before(started: list[Host], taken: list[Host]) -> None:
@@ -74,11 +91,13 @@ def test_a_spare_started_under_another_environment_is_not_taken(
         assert taken[-1] is not spare and spare.proc.returncode is not None
 
 
-def test_turned_off_the_spare_is_closed_and_no_child_of_this_process_remains() -> None:
-    before = _children()
+def test_turned_off_the_spare_is_closed_and_nothing_it_started_remains(started: list[Host]) -> None:
     with keep_spare():
         grade(TOY / "submission", RUBRIC)
-        assert _children() - before  # the spare, ready for a next grading
+        (spare,) = (host for host in started if host.proc.poll() is None)  # the grading's own host has ended
+        assert spare.proc.pid in _children()  # ready for a next grading
         with keep_spare(False):
-            assert _children() - before == set()  # (an earlier test's child may have ended meanwhile)
-    assert _children() - before == set()
+            leaders = {host.proc.pid for host in started}
+            assert all(host.proc.returncode is not None for host in started)
+            assert not leaders & _children() and not _in_groups(leaders)
+    assert len(started) == 2  # the grading's host and the spare: off, none is started
