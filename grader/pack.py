@@ -72,6 +72,8 @@ class Case:
     kind: str  # which rank-side body runs it (the pack's ``BODIES``)
     params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     layout: Layout | None = None
+    #: why the case weighs nothing in every rubric, while it still runs and is reported: it exercises
+    #: nothing its family grades (world size 1), or the handout never runs it so (A4's other launches)
     degenerate: str | None = None
 
     def __post_init__(self) -> None:
@@ -250,7 +252,7 @@ class AssignmentPack:
         return [case.name for case in self.cases()]
 
     def degenerate(self) -> dict[str, str]:
-        """Case name -> why it exercises nothing its family grades (those cases weigh nothing)."""
+        """Case name -> why it weighs nothing (:attr:`Case.degenerate`)."""
         return {case.name: case.degenerate for case in self.cases() if case.degenerate}
 
     def cases_of(self, test: str) -> list[Case]:

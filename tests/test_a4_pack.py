@@ -19,6 +19,8 @@ import pytest
 
 from grader.cli import main
 from grader.junit import read_junit
+from grader.pack import load_pack
+from grader.packs.a4.catalog import NOT_THE_HANDOUTS_LAUNCH
 from grader.pipeline import grade
 from grader.results import schema_path
 from grader.rubric import load_rubric
@@ -121,20 +123,39 @@ def test_a_rank_that_trains_on_rows_outside_its_slice_is_wrong_though_its_update
 
 
 def test_a_slice_taken_by_local_rank_is_right_on_one_node_only(tmp_path: Path) -> None:
-    """The handout runs on 4 nodes, one process each: LOCAL_RANK is 0 on every rank there (and 0, 1,
-    0, 1 on 2 nodes x 2), so a slice by local_rank gives ranks the same rows."""
+    """The handout runs one process per node: LOCAL_RANK is 0 on every rank there (and 0, 1, 0, 1 on
+    2 nodes x 2), so a slice by local_rank gives ranks the same rows.  Only one node of 4, a launch
+    the handout never uses, passes it."""
     source = (
         (REFERENCE / "assignment4.py")
         .read_text()
         .replace("start_idx = rank * local_batch_size", "start_idx = local_rank * local_batch_size")
     )
-    cases = ["test_data_parallel[ws4-s1]", "test_data_parallel[ws4-4x1-s1]", "test_data_parallel[ws4-2x2-s1]"]
+    cases = [
+        "test_data_parallel[ws2-s1]",
+        "test_data_parallel[ws4-s1]",
+        "test_data_parallel[ws4-1x4-s1]",
+        "test_data_parallel[ws4-2x2-s1]",
+    ]
     verdicts = {name: verdict for name, (verdict, _) in run_cases(tmp_path, source, cases).items()}
     assert verdicts == {
-        "test_data_parallel[ws4-s1]": "pass",  # one node: local_rank == rank
-        "test_data_parallel[ws4-4x1-s1]": "wrong",
+        "test_data_parallel[ws2-s1]": "wrong",  # 2 nodes x 1
+        "test_data_parallel[ws4-s1]": "wrong",  # the handout's 4 nodes x 1
+        "test_data_parallel[ws4-1x4-s1]": "pass",  # one node: local_rank == rank
         "test_data_parallel[ws4-2x2-s1]": "wrong",
     }
+
+
+def test_only_the_handouts_launch_pays_and_the_others_say_why() -> None:
+    """Every parallel part pays at each world size launched one process per node, as the handout
+    runs; one node of 4 and 2 nodes x 2 weigh nothing, with the reason (``Case.degenerate``)."""
+    pack = load_pack("a4")
+    paid = {c.name: c.layout for c in pack.cases() if c.layout is not None and c.name not in pack.degenerate()}
+    assert paid and all(layout.per_node == 1 for layout in paid.values())
+    unpaid = {name: why for name, why in pack.degenerate().items() if "-1x4" in name or "-2x2" in name}
+    families = {"data_parallel", "column_parallel_output", "column_parallel_input_grad", "column_parallel_step"}
+    assert {name.partition("[")[0].removeprefix("test_") for name in unpaid} == families
+    assert set(unpaid.values()) == {NOT_THE_HANDOUTS_LAUNCH}
 
 
 @pytest.mark.parametrize(
@@ -151,19 +172,19 @@ def test_the_layers_input_gradient_is_checked_and_only_it_fails(tmp_path: Path, 
     source = (REFERENCE / "assignment4.py").read_text()
     assert source.count(old) == 1
     cases = [
-        "test_column_parallel_output[ws4-4x1]",
+        "test_column_parallel_output[ws4]",
         "test_column_parallel_input_grad[ws2]",
         "test_column_parallel_input_grad[ws4-2x2]",
-        "test_column_parallel_step[ws4-4x1-s2]",
+        "test_column_parallel_step[ws4-s2]",
     ]
     right = run_cases(tmp_path / "right", source, cases)
     assert {name: verdict for name, (verdict, _) in right.items()} == dict.fromkeys(cases, "pass")
     broken = run_cases(tmp_path / "broken", source.replace(old, new), cases)
     assert {name: verdict for name, (verdict, _) in broken.items()} == {
-        "test_column_parallel_output[ws4-4x1]": "pass",
+        "test_column_parallel_output[ws4]": "pass",
         "test_column_parallel_input_grad[ws2]": "wrong",
         "test_column_parallel_input_grad[ws4-2x2]": "wrong",
-        "test_column_parallel_step[ws4-4x1-s2]": "pass",
+        "test_column_parallel_step[ws4-s2]": "pass",
     }
 
 

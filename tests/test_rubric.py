@@ -422,7 +422,7 @@ def test_a4_marks_world_size_1_and_one_accumulation_step_degenerate():
     assert degenerate["test_grad_accumulation[ws1-k1-s1]"].startswith("accumulation_steps 1:")
     assert "test_grad_accumulation[ws1-k2-s1]" not in degenerate
     assert degenerate["test_data_parallel[ws1-s2]"].startswith("world size 1:")
-    assert "test_data_parallel[ws4-4x1-s2]" not in degenerate
+    assert "test_data_parallel[ws4-s2]" not in degenerate
     assert "test_single_step[ws1-s1]" not in degenerate  # Part 1 is one device by design: nothing is skipped
 
 

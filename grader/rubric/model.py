@@ -153,7 +153,7 @@ class CasesScoring:
     mode: str = "proportional"  # | "all_or_nothing" | "thresholds"
     thresholds: tuple[Threshold, ...] = ()
     weights: tuple[CaseWeight, ...] = ()  # the item's own rules first, then the rubric's case_weights
-    #: case id -> why it exercises nothing its family grades (the pack's ``Case.degenerate``)
+    #: case id -> why it weighs nothing (the pack's ``Case.degenerate``)
     degenerate: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def weight(self, case_id: str) -> float:
