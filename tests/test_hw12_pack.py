@@ -49,6 +49,22 @@ def test_a_rank_of_hw12_holds_no_catalog_and_no_expected_value() -> None:
     assert loaded == {f"grader.packs.hw12{m}" for m in ("", ".bodies", ".given", ".names", ".trusted")}
 
 
+def test_a_cases_arrival_orders_come_from_the_grading_secret_not_from_its_name() -> None:
+    """The seed of a case's arrival orders (the one number a rank is sent besides its tensors) is the
+    same for the same case and secret, and another for another secret: a student who has read the
+    catalog cannot tell which orders come."""
+    from grader.packs.hw12 import expected
+
+    def seed(case_name: str, salt: str) -> int:
+        case = next(c for c in PACK.cases() if c.name == case_name)
+        return int(expected.prepare(case, salt).inputs[0]["seed"])
+
+    gather, reduce = "test_part1_all_gather[ws5-float32-3x4]", "test_part1_all_reduce[ws5-sum-float32-3x4]"
+    assert seed(gather, "one secret") == seed(gather, "one secret")
+    assert len({seed(gather, f"secret {i}") for i in range(20)}) == 20
+    assert seed(gather, "one secret") != seed(reduce, "one secret")
+
+
 def test_a_rank_never_runs_the_handouts_plotting_imports_installed_or_not(tmp_path: Path) -> None:
     """The reference notebook imports matplotlib and scikit-learn for its driver code: a rank runs neither
     import, so a grade is the same on a machine that has them (and no rank process pays for them)."""

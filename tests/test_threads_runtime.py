@@ -24,12 +24,13 @@ def test_results_come_back_in_thread_order_whatever_the_arrival_order() -> None:
             arrived.append(i)
         return i * i
 
-    results = harness.run([lambda i=i: work(i) for i in range(6)], seed=7, timeout_s=10, sandbox=HERE)
+    order = harness.arrival_order(6, 7)
+    results = harness.run([lambda i=i: work(i) for i in range(6)], order=order, timeout_s=10, sandbox=HERE)
     assert results == [0, 1, 4, 9, 16, 25]
-    assert arrived == harness.arrival_order(6, 7) != sorted(arrived)  # staggered in the seeded order
+    assert arrived == order != sorted(arrived)  # staggered in the order given
 
 
-def test_threads_that_meet_at_a_barrier_reach_it_in_the_seeded_order() -> None:
+def test_threads_that_meet_at_a_barrier_reach_it_in_the_order_given() -> None:
     arrived: list[int] = []
     barrier = threading.Barrier(8)
 
@@ -37,16 +38,36 @@ def test_threads_that_meet_at_a_barrier_reach_it_in_the_seeded_order() -> None:
         arrived.append(i)  # as the handout's context appends to its shared buffer
         barrier.wait()  # the next thread begins once this one waits here
 
-    for seed in range(5):
+    for order in harness.arrival_orders(8, 1, 5):
         arrived.clear()
-        harness.run([lambda i=i: work(i) for i in range(8)], seed=seed, timeout_s=10, sandbox=HERE)
-        assert arrived == harness.arrival_order(8, seed)
+        harness.run([lambda i=i: work(i) for i in range(8)], order=order, timeout_s=10, sandbox=HERE)
+        assert arrived == order
 
 
 def test_the_arrival_order_is_seeded_and_never_rank_order() -> None:
     assert harness.arrival_order(5, 3) == harness.arrival_order(5, 3)
     assert all(harness.arrival_order(n, seed) != list(range(n)) for n in range(2, 9) for seed in range(50))
     assert harness.arrival_order(1, 0) == [0]
+
+
+def test_a_cases_rounds_come_in_orders_no_fixed_schedule_predicts() -> None:
+    """Several orders a case, never rank order, and from 3 threads on one at least that is neither
+    rank order reversed nor rotated: a context that undoes one such schedule still meets another."""
+    for n in range(3, 9):
+        for seed in range(200):
+            orders = harness.arrival_orders(n, seed, 3)
+            assert orders == harness.arrival_orders(n, seed, 3) and len(orders) == 3
+            assert all(sorted(o) == list(range(n)) != o for o in orders)
+            rotations = [[(i + k) % n for i in range(n)] for k in range(n)]
+            assert any(o != list(range(n))[::-1] and o not in rotations for o in orders)
+    assert harness.arrival_orders(2, 0, 3) == [[1, 0]] * 3  # the only order of two that is not rank order
+    drawn = {tuple(map(tuple, harness.arrival_orders(4, seed, 3))) for seed in range(50)}
+    assert len(drawn) > 40  # the seed decides: another case's (another secret's) rounds come otherwise
+
+
+def test_an_order_that_is_no_permutation_of_the_threads_is_refused() -> None:
+    with pytest.raises(ValueError, match="is not an order of 2 threads"):
+        harness.run([lambda: None, lambda: None], order=[0, 0], timeout_s=10, sandbox=HERE)
 
 
 def test_a_lock_never_released_is_a_hang_within_seconds_naming_each_threads_line() -> None:
@@ -59,7 +80,7 @@ def test_a_lock_never_released_is_a_hang_within_seconds_naming_each_threads_line
     start = time.monotonic()
     try:
         with pytest.raises(harness.StuckThreads) as info:
-            harness.run([work, work], seed=1, timeout_s=30, sandbox=HERE)
+            harness.run([work, work], order=[1, 0], timeout_s=30, sandbox=HERE)
         assert time.monotonic() - start < harness.DEADLOCK_S + 3
         message = str(info.value)
         assert message.startswith("deadlock") and "thread 0 at" in message and "thread 1 at" in message
@@ -76,7 +97,7 @@ def test_a_barrier_nobody_else_reaches_is_a_hang_that_says_it_waits_in_the_barri
 
     try:
         with pytest.raises(harness.StuckThreads, match=r"in waits \(waiting in wait\)"):
-            harness.run([waits, waits], seed=2, timeout_s=30, sandbox=HERE)
+            harness.run([waits, waits], order=[1, 0], timeout_s=30, sandbox=HERE)
     finally:
         barrier.abort()
 
@@ -88,7 +109,7 @@ def test_a_broken_barrier_is_the_students_exception() -> None:
         barrier.wait(timeout=0.01)
 
     with pytest.raises(threading.BrokenBarrierError):
-        harness.run([impatient, lambda: time.sleep(0.5)], seed=3, timeout_s=30, sandbox=HERE)
+        harness.run([impatient, lambda: time.sleep(0.5)], order=[1, 0], timeout_s=30, sandbox=HERE)
 
 
 def test_an_exception_in_one_thread_wins_over_the_threads_left_waiting_for_it() -> None:
@@ -102,7 +123,7 @@ def test_an_exception_in_one_thread_wins_over_the_threads_left_waiting_for_it() 
 
     try:
         with pytest.raises(KeyError, match="gather0"):
-            harness.run([waits, fails], seed=4, timeout_s=30, sandbox=HERE)
+            harness.run([waits, fails], order=[1, 0], timeout_s=30, sandbox=HERE)
     finally:
         barrier.abort()
 
@@ -115,7 +136,7 @@ def test_a_thread_left_running_after_the_case_is_a_hang() -> None:
 
     try:
         with pytest.raises(harness.StuckThreads, match="left running after the case"):
-            harness.run([leaves_a_thread], seed=5, timeout_s=30, sandbox=HERE)
+            harness.run([leaves_a_thread], order=[0], timeout_s=30, sandbox=HERE)
     finally:
         stop.set()
 
@@ -144,6 +165,6 @@ def test_an_exception_a_thread_pool_keeps_in_a_future_is_still_the_students() ->
 
     try:
         with pytest.raises(ValueError, match="rank 1's layer"):
-            harness.run([driver], seed=6, timeout_s=30, sandbox=HERE, failures=failures)
+            harness.run([driver], order=[0], timeout_s=30, sandbox=HERE, failures=failures)
     finally:
         barrier.abort()

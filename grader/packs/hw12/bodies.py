@@ -117,11 +117,14 @@ def _float(value: Any, what: str) -> float:
 def _context(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
     cls, _ = named(student, "DistributedContext")
     ws, runs = params["world_size"], params["rounds"]
+    orders = harness.arrival_orders(ws, int(t["seed"]), runs)
     context = cls(ws)
     out: Tensors = {}
     for r in range(runs):
+        if r and params.get("fresh_context"):
+            context = cls(ws)
 
-        def work(rank: int, r: int = r) -> Tensors:
+        def work(rank: int, r: int = r, context: Any = context) -> Tensors:
             got: Tensors = {}
             for k, op in enumerate(params["ops"]):
                 name = names.call(rank, k, op, r, runs)
@@ -137,7 +140,7 @@ def _context(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
 
         results = harness.run(
             [lambda rank=rank: work(rank) for rank in range(ws)],  # type: ignore[misc]
-            seed=int(t["seed"]) + r,
+            order=orders[r],
             timeout_s=params["thread_timeout_s"],
             sandbox=student.sandbox,
         )
@@ -145,7 +148,7 @@ def _context(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
             out.update({k: v.clone() for k, v in got.items()})
         if params.get("check_inputs"):
             out.update({names.input_after(k): v.clone() for k, v in t.items() if k != "seed"})
-    if runs > 1:  # the context was reused: the given code empties both buffers after each call
+    if runs > 1 and not params.get("fresh_context"):  # reused: the given code empties both buffers after each call
         left = [_size(context, "all_gather_buffer"), _size(context, "all_reduce_buffer")]
         out["entries left in the buffers"] = torch.tensor(left)
     return out
@@ -252,7 +255,7 @@ def _tp_training(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
             )
 
     ((losses, models),) = harness.run(
-        [train], seed=0, timeout_s=params["thread_timeout_s"], sandbox=student.sandbox, failures=failures
+        [train], order=[0], timeout_s=params["thread_timeout_s"], sandbox=student.sandbox, failures=failures
     )
     out: Tensors = {"losses": torch.tensor([_float(v, "tp_step") for v in losses], dtype=torch.float64)}
     for r, model in enumerate(models):

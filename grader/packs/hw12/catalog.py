@@ -43,6 +43,9 @@ SUM_TYPES = (("float32", (3, 4)), ("float64", (6,)), ("int64", (2, 3)))
 MEAN_TYPES = (("float32", (3, 4)), ("float64", (5,)))
 MIXED_OPS = ("all_gather", "sum", "mean", "all_gather", "sum")  # one context, a group id per call
 MIXED_ROUNDS = 3  # threads joined between rounds (as run_dp_process does between epochs); ids reused
+#: rounds of a Part 1 case about one collective, each in an arrival order of its own, on a fresh context
+#: (reuse is test_part1_reuse_and_groups's question: a defect there is charged there only)
+ORDERS = 3
 
 #: (d_in, d_hidden, d_out, examples per rank): the handout's two models
 DP_MODELS = ((16, 32, 2, 5), (2, 16, 1, 10))
@@ -67,22 +70,25 @@ def _one_process(ws: int, **params: object) -> dict[str, object]:
     return {"processes": 1, "world_size": ws, "thread_timeout_s": THREAD_TIMEOUT_S, **params}
 
 
+FRESH: dict[str, object] = {"rounds": ORDERS, "fresh_context": True}
+
+
 def all_cases() -> list[Case]:
     cases: list[Case] = []
     for ws in WORLD_SIZES:
         for dtype, shape in GATHER_TYPES:
-            params = _one_process(ws, ops=["all_gather"], dtype=dtype, shape=list(shape), rounds=1)
+            params = _one_process(ws, ops=["all_gather"], dtype=dtype, shape=list(shape), **FRESH)
             cases.append(Case("test_part1_all_gather", f"ws{ws}-{_shape_id(dtype, shape)}", ws, "all_gather", params))
         for op, types in (("sum", SUM_TYPES), ("mean", MEAN_TYPES)):
             for dtype, shape in types:
-                params = _one_process(ws, ops=[op], dtype=dtype, shape=list(shape), rounds=1)
+                params = _one_process(ws, ops=[op], dtype=dtype, shape=list(shape), **FRESH)
                 cases.append(
                     Case("test_part1_all_reduce", f"ws{ws}-{op}-{_shape_id(dtype, shape)}", ws, "all_reduce", params)
                 )
         params = _one_process(ws, ops=list(MIXED_OPS), dtype="float32", shape=[4, 3], rounds=MIXED_ROUNDS)
         cases.append(Case("test_part1_reuse_and_groups", f"ws{ws}", ws, "context_mixed", params))
         params = _one_process(
-            ws, ops=["all_gather", "sum", "mean"], dtype="float32", shape=[3, 2], rounds=1, check_inputs=True
+            ws, ops=["all_gather", "sum", "mean"], dtype="float32", shape=[3, 2], check_inputs=True, **FRESH
         )
         cases.append(Case("test_part1_inputs_untouched", f"ws{ws}", ws, "inputs_untouched", params))
         for batch in sorted({4 * ws, 4 * ws + 1, 5 * ws - 1} - {0}):

@@ -31,14 +31,17 @@ def _generator(case: Case, salt: str) -> torch.Generator:
     return torch.Generator().manual_seed(case.seed(salt))
 
 
-def _order_seed(case: Case) -> torch.Tensor:
-    return torch.tensor(int.from_bytes(hashlib.sha256(case.name.encode()).digest()[:7], "little"))
+def _order_seed(case: Case, salt: str) -> torch.Tensor:
+    """The seed of the case's arrival orders (``harness.arrival_orders``): from the grading's secret,
+    so neither the case's name nor the catalog tells a student's code which order comes."""
+    digest = hashlib.sha256(f"{salt}\0arrival\0{case.name}".encode()).digest()
+    return torch.tensor(int.from_bytes(digest[:7], "little"))
 
 
 def prepare(case: Case, salt: str) -> Prepared:
     gen = _generator(case, salt)
     if case.kind in ("all_gather", "all_reduce", "context_mixed", "inputs_untouched"):
-        return _context(case, gen)
+        return _context(case, gen, _order_seed(case, salt))
     if case.kind == "split_batch":
         return _split(case, gen)
     if case.kind == "dp_step":
@@ -54,9 +57,9 @@ def _tensor(gen: torch.Generator, dtype: str, shape: list[int]) -> torch.Tensor:
     return torch.randn(shape, generator=gen, dtype=DTYPES[dtype])
 
 
-def _context(case: Case, gen: torch.Generator) -> Prepared:
+def _context(case: Case, gen: torch.Generator, order_seed: torch.Tensor) -> Prepared:
     p, ws, runs = case.params, case.world_size, case.params["rounds"]
-    sent: Tensors = {"seed": _order_seed(case)}
+    sent: Tensors = {"seed": order_seed}
     want: Tensors = {}
     for r in range(runs):
         for k, op in enumerate(p["ops"]):

@@ -1,9 +1,9 @@
 """Rank side: a case's student threads inside one rank process.
 
-Threads start in a seeded random order, never rank order (rank 0 last but one, say), each once the
-one before it waits in its collective or is done (at most a few milliseconds apart), so the order
-they reach a lock or barrier in varies from case to case but never between two gradings of one
-submission, and code that relies on arrival order shows.  The harness then waits for them:
+Threads start in the order the caller gives (:func:`arrival_orders`: seeded, never rank order), each
+once the one before it waits in its collective or is done (at most a few milliseconds apart), so the
+order they reach a lock or barrier in varies from case to case and round to round, but never
+between two gradings of one submission, and code that relies on arrival order shows.  The harness then waits for them:
 
 - every thread finished: their results, in thread order;
 - a thread raised: that exception, re-raised on the case's thread with the student's line (a
@@ -40,21 +40,22 @@ class StuckThreads(Exception):
 def run(
     work: list[Callable[[], Any]],
     *,
-    seed: int,
+    order: list[int],
     timeout_s: float,
     sandbox: str,
     failures: list[BaseException] | None = None,
 ) -> list[Any]:
-    """Run each of ``work`` on its own thread (thread i runs ``work[i]``); their results in order.
-    ``failures`` collects exceptions of threads the work starts itself (a thread pool's), which count
-    as the threads' own."""
+    """Run each of ``work`` on its own thread (thread i runs ``work[i]``), started in ``order`` (a
+    permutation of their indices); their results in thread order.  ``failures`` collects exceptions
+    of threads the work starts itself (a thread pool's), which count as the threads' own."""
     before = set(threading.enumerate())
     results: list[Any] = [None] * len(work)
     errors: list[BaseException] = [] if failures is None else failures
     done = [False] * len(work)
     finished = threading.Event()  # every thread done (or one raised): no polling delay on the way out
 
-    order = arrival_order(len(work), seed)
+    if sorted(order) != list(range(len(work))):
+        raise ValueError(f"{order} is not an order of {len(work)} threads")
     began = [threading.Event() for _ in work]  # in arrival order: a thread begins once the one before settled
     entered = [threading.Event() for _ in work]  # in arrival order: the thread is in its work
 
@@ -109,6 +110,25 @@ def arrival_order(n: int, seed: int) -> list[int]:
     order = list(range(n))
     random.Random(seed).shuffle(order)
     return order[::-1] if order == sorted(order) else order
+
+
+def arrival_orders(n: int, seed: int, count: int) -> list[list[int]]:
+    """The arrival orders of a case's ``count`` rounds, none of them rank order (for n > 1).  The
+    session derives ``seed`` from the grading's secret, so no fixed rule in the student's code can
+    predict them; from 3 threads on, one at least is neither the reversal nor a rotation of rank
+    order, so a context that recognises such a schedule and undoes it fails like any other that
+    relies on arrival order.  (With 2 threads the reversal is the only order that is not rank order.)"""
+    draw = random.Random(seed)
+    orders = [arrival_order(n, draw.getrandbits(64)) for _ in range(count)]
+    while n >= 3 and count and not any(map(_irregular, orders)):
+        orders[-1] = arrival_order(n, draw.getrandbits(64))
+    return orders
+
+
+def _irregular(order: list[int]) -> bool:
+    """Neither rank order reversed nor rank order rotated (the identity is a rotation)."""
+    n = len(order)
+    return order != list(range(n))[::-1] and all(order != [(i + k) % n for i in range(n)] for k in range(n))
 
 
 def _wait(
