@@ -21,7 +21,6 @@ in the group's cgroup is killed before the cgroup is removed.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import select
@@ -38,9 +37,11 @@ import torch
 from grader import tempdirs
 from grader.limits import Limits
 from grader.matrix.budgets import out_of_time
-from grader.runtimes.torchdist import procfs, replies
+from grader.runtimes.torchdist import deadlock, procfs, replies
+from grader.runtimes.torchdist.init_lines import InitLines
 from grader.runtimes.torchdist.runs import (
     FAILURE_GRACE_S,
+    READ_BYTES,
     STACK_WAIT_S,
     CappedOutput,
     CaseRun,
@@ -49,6 +50,7 @@ from grader.runtimes.torchdist.runs import (
     RankReport,
     case_frames,
     clean,
+    drain,
     explains,
 )
 from grader.runtimes.torchdist.session import Sandboxing, Zygote
@@ -58,18 +60,15 @@ from grader.sandbox import netns, wire
 from grader.sandbox.cgroups import GroupCgroups, MemoryEvents
 from grader.sandbox.status import StatusSlot
 
-DEATH_WAIT_S = 1.0  # for init's word on how a rank whose pipe closed ended
 #: a capture whose buffer holds bursts wakes the session at most this often: a wake-up per packet kept
 #: the session on a core the ranks needed (issue 23; README's Measurements has the whole change's effect)
 CAPTURE_EVERY_S = 0.002
 SELECT_S = 0.02
-DEADLOCK_SAMPLE_S = 0.02  # how often /proc is read while every unfinished rank says it is blocked
 SETTLE_S = 0.2  # for data still crossing after every rank replied (an isend nobody waited for)
-MAX_REPORT_LINE = 256
 #: What a case's inputs and replies cross: a 4 MiB input went through the default 64 KiB pipe in 64
 #: wake-ups of the rank (5 ms); through 256 KiB, 2 ms (issue 23).  Pipe pages count against a user's
 #: limit (``fs.pipe-user-pages-soft``, 64 MiB) when not root: two such pipes per rank stay well below it.
-PIPE_BYTES = 1 << 18
+PIPE_BYTES = READ_BYTES
 RMTREE_TRIES = 5
 
 
@@ -107,10 +106,7 @@ class RankGroup(GroupLifecycle):
         self._ranks: list[_Rank] = []
         self._leader = 0
         self._ticket: int | None = None  # the zygote's ticket for the leader, until its pid is taken
-        self._report = -1
-        self._report_buf = b""
-        self._ended: dict[int, str] = {}  # rank -> how init saw it end
-        self._ns_pids: dict[int, int] = {}
+        self._init = InitLines()
         self._cgroups: GroupCgroups | None = None
         self._network: netns.GroupNetwork | None = None
         self._capture: Capture | None = None
@@ -121,7 +117,6 @@ class RankGroup(GroupLifecycle):
         #: each rank's memory counters when its last case ended (at ready, before the first): the
         #: next case's baseline, since nothing runs in a rank between two cases
         self._memory: list[MemoryEvents] = []
-        self.pid_namespace = "off: the group's leader did not say"  # what the leader reports
         self.alive = False
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -194,7 +189,8 @@ class RankGroup(GroupLifecycle):
             uid = sb.slot.uid(self.world_size, r) if sb.slot is not None else None
             cgroups = self._cgroups.rank_procs(r) if self._cgroups is not None else []
             ranks.append({"scratch": str(scratch), "uid": uid, "gid": uid, "cgroups": cgroups})
-        self._report, report_w = os.pipe()
+        report_r, report_w = os.pipe()
+        self._init = InitLines(report_r)
         theirs.append(report_w)
         owned = len(theirs)  # the namespace descriptors that follow stay the GroupNetwork's
         if self._network is not None:
@@ -224,7 +220,7 @@ class RankGroup(GroupLifecycle):
         for rk in self._ranks:
             for fd in (rk.control, rk.result, rk.output, rk.stacks):
                 os.set_blocking(fd, False)
-        os.set_blocking(self._report, False)
+        os.set_blocking(self._init.fd, False)
         self.alive = True
 
     def _wait_ready(self) -> None:
@@ -237,7 +233,7 @@ class RankGroup(GroupLifecycle):
         self._resolve_pids(time.monotonic() + self.limits.start_timeout_s)
         self._threads = [procfs.threads(rk.pid) for rk in self._ranks]  # the runtime's, Gloo's and the student thread
         self._memory = self._memory_events()
-        layers["pid_namespace"] = self.pid_namespace
+        layers["pid_namespace"] = self._init.pid_namespace
         connections = {}
         for rep, reply in zip(run.ranks, self._ready_replies, strict=True):
             assert reply is not None  # every rank replied "ready"
@@ -271,10 +267,7 @@ class RankGroup(GroupLifecycle):
             self._cgroups.close()
         if self._network is not None:
             self._network.close()
-        if self._report >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self._report)
-            self._report = -1
+        self._init.close()
         self._ranks = []
         self._leader = 0
         self.alive = False
@@ -293,7 +286,7 @@ class RankGroup(GroupLifecycle):
             self._take_leader()
         if self._leader:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self._leader, signal.SIGKILL if self.pid_namespace == "on" else signal.SIGTERM)
+                os.kill(self._leader, signal.SIGKILL if self._init.pid_namespace == "on" else signal.SIGTERM)
 
     @staticmethod
     def _wait_gone(pids: list[int], timeout: float = 5.0) -> None:
@@ -369,7 +362,7 @@ class RankGroup(GroupLifecycle):
         reports: list[RankReport | None] = [None] * n
         ready: list[replies.Reply | None] = [None] * n
         output = CappedOutput(self.limits.output_kb << 10)
-        window: _Window | None = None  # since when every unfinished rank has been blocked
+        window: deadlock.Window | None = None  # since when every unfinished rank has been blocked
         hang = ""
         failed_at: float | None = None
         capture = self._capture
@@ -379,7 +372,7 @@ class RankGroup(GroupLifecycle):
         # stopped reading is a packet, not progress (a sleeping rank's case ran on to the ceiling)
         flowed, crossed = -math.inf, 0
         while any(rep is None for rep in reports):
-            rlist = [rk.output for rk in self._ranks] + [self._report]
+            rlist = [rk.output for rk in self._ranks] + [self._init.fd]
             rlist += [rk.result for r, rk in enumerate(self._ranks) if reports[r] is None]
             wait = SELECT_S
             if capture is not None:
@@ -397,8 +390,8 @@ class RankGroup(GroupLifecycle):
                     flowed, crossed = time.monotonic(), total
                 if capture.holds_bursts:
                     capture_due = time.monotonic() + CAPTURE_EVERY_S
-            if self._report in readable:
-                self._read_report()
+            if self._init.fd in readable:
+                self._init.read()
             for r, rk in enumerate(self._ranks):
                 if rk.control in writable:
                     try:
@@ -409,9 +402,9 @@ class RankGroup(GroupLifecycle):
                     except BrokenPipeError:
                         pending[r] = memoryview(b"")
                 if rk.output in readable:
-                    output.feed(r, _drain(rk.output))
+                    output.feed(r, drain(rk.output))
                 if reports[r] is None and rk.result in readable:
-                    data = _drain(rk.result)
+                    data = drain(rk.result)
                     try:
                         got = readers[r].feed(data) if data else []
                         if got:
@@ -421,7 +414,7 @@ class RankGroup(GroupLifecycle):
                                 r, reply.status, reply.message, got[0].tensors, reply.claims, True, ends=reply.ends
                             )
                         elif not data:
-                            reports[r] = self._death(r)
+                            reports[r] = self._init.death(r)
                     except wire.WireError as exc:
                         reports[r] = RankReport(r, "wire_error", f"rank {r} sent a malformed reply: {exc}")
             now = time.monotonic()
@@ -435,7 +428,7 @@ class RankGroup(GroupLifecycle):
                 # Blocked by their own account.  Still not a deadlock while they use real CPU time, or
                 # while a thread mostly waits for a CPU (a starved Gloo thread with data in its socket).
                 if window is None or window.slots != slots:
-                    window = _Window(slots, now + DEADLOCK_SAMPLE_S)
+                    window = deadlock.Window(slots, now + deadlock.SAMPLE_S)
                 if now >= window.next_sample:
                     window.sample(now, [procfs.activity(self._ranks[r].pid) for r in waiting])
                     if window.deadlocked(now, self.limits.deadlock_after_s):
@@ -458,55 +451,21 @@ class RankGroup(GroupLifecycle):
             rep.stack = stacks.get(r, "")
             final.append(rep)
         for r, rk in enumerate(self._ranks):
-            output.feed(r, _drain(rk.output))
+            output.feed(r, drain(rk.output))
         self._ready_replies = ready
         return CaseRun(final, time.monotonic() - t0, hang, output.text(), output.truncated)
-
-    def _read_report(self) -> None:
-        """init's lines: {"rank", "pid"} when it forked a rank, {"rank", "exit"|"signal"} when one ended."""
-        self._report_buf += _drain(self._report)
-        *lines, self._report_buf = self._report_buf.split(b"\n")
-        self._report_buf = self._report_buf[:MAX_REPORT_LINE]
-        for line in lines:
-            try:
-                message = json.loads(line)
-                if "pid_namespace" in message:
-                    self.pid_namespace = str(message["pid_namespace"])
-                    continue
-                r = int(message["rank"])
-            except (ValueError, KeyError, TypeError):
-                continue
-            if "pid" in message:
-                self._ns_pids[r] = int(message["pid"])
-            elif "signal" in message:
-                name = signal.Signals(int(message["signal"])).name
-                self._ended[r] = f"signaled:rank {r} was killed by {name}"
-            elif "exit" in message:
-                self._ended[r] = f"exited:rank {r} exited with status {int(message['exit'])} during the case"
-
-    def _death(self, r: int) -> RankReport:
-        """The result pipe closed without a reply: init says how the rank ended."""
-        deadline = time.monotonic() + DEATH_WAIT_S
-        while r not in self._ended and time.monotonic() < deadline:
-            select.select([self._report], [], [], 0.02)
-            self._read_report()
-        status, _, message = self._ended.get(r, f"exited:rank {r} closed its result pipe without replying").partition(
-            ":"
-        )
-        return RankReport(r, status, message)
 
     def _resolve_pids(self, deadline: float) -> None:
         """Host pids of the ranks (for /proc and signals): init's children, matched by the pid init
         knows them by (the same number without a PID namespace)."""
-        while len(self._ns_pids) < self.world_size:
+        while len(self._init.ns_pids) < self.world_size:
             if time.monotonic() > deadline:
                 self.close()
-                raise GroupStartError(f"init named {len(self._ns_pids)} of {self.world_size} ranks in time")
-            select.select([self._report], [], [], 0.05)
-            self._read_report()
-        by_ns = {ns: r for r, ns in self._ns_pids.items()}
+                raise GroupStartError(f"init named {len(self._init.ns_pids)} of {self.world_size} ranks in time")
+            self._init.wait(0.05)
+        by_ns = {ns: r for r, ns in self._init.ns_pids.items()}
         init = self._leader
-        if self.pid_namespace == "on":
+        if self._init.pid_namespace == "on":
             children = procfs.children(self._leader)
             init = children[0] if children else self._leader
         for pid in procfs.children(init):
@@ -527,56 +486,8 @@ class RankGroup(GroupLifecycle):
         while time.monotonic() < deadline:
             readable, _, _ = select.select(list(fds), [], [], 0.05)
             for fd in readable:
-                dumps[fds[fd]] += _drain(fd)[: 1 << 16]
+                dumps[fds[fd]] += drain(fd)[: 1 << 16]
                 quiet_since = time.monotonic()
             if all(dumps.values()) and time.monotonic() - quiet_since > 0.1:
                 break
         return {r: d.decode("utf-8", "replace") for r, d in dumps.items()}
-
-
-def _drain(fd: int) -> bytes:
-    """Read what is available (bounded per call so one chatty rank cannot starve the loop)."""
-    chunks = []
-    total = 0
-    while total < 4 << 20:
-        try:
-            chunk = os.read(fd, PIPE_BYTES)
-        except (BlockingIOError, InterruptedError):
-            break
-        except OSError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-        total += len(chunk)
-    return b"".join(chunks)
-
-
-@dataclass
-class _Window:
-    """A stretch of time in which every unfinished rank reports itself blocked, unchanged.  /proc is
-    read every ``DEADLOCK_SAMPLE_S`` only, from the first sample on: the ranks of a healthy case block
-    and unblock many times a case, and reading every thread's state on each change cost A9's session
-    0.7 s (issue 23); a deadlock is seen at most one sample later."""
-
-    slots: list[tuple[int, int, str]]
-    next_sample: float
-    start: float = 0.0  # the first sample's time; the window is judged from there
-    ticks: int = 0  # CPU ticks of the blocked ranks at the first sample
-    last_ticks: int = 0  # and at the latest
-    samples: int = 0
-    runnable: int = 0  # samples in which some thread was waiting for a CPU
-
-    def sample(self, now: float, activity: list[tuple[int, bool]]) -> None:
-        ticks = sum(t for t, _ in activity)
-        if not self.samples:
-            self.start, self.ticks = now, ticks
-        self.samples += 1
-        self.runnable += any(runnable for _, runnable in activity)
-        self.next_sample = now + DEADLOCK_SAMPLE_S
-        self.last_ticks = ticks
-
-    def deadlocked(self, now: float, after_s: float) -> bool:
-        elapsed = now - self.start
-        cpu_s = (self.last_ticks - self.ticks) / procfs.CLK_TCK
-        return elapsed > after_s and cpu_s < 0.1 * elapsed and self.runnable * 2 < self.samples

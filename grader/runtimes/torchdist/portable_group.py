@@ -21,7 +21,7 @@ import torch
 
 from grader import tempdirs
 from grader.limits import Limits
-from grader.runtimes.torchdist import replies
+from grader.runtimes.torchdist import deadlock, replies
 from grader.runtimes.torchdist.portable import SPAWN_S, Worker, WorkerPool
 from grader.runtimes.torchdist.runs import (
     FAILURE_GRACE_S,
@@ -36,8 +36,6 @@ from grader.runtimes.torchdist.runs import (
 )
 from grader.sandbox import wire
 from grader.sandbox.status import StatusSlot
-
-DEADLOCK_POLL_S = 0.25
 
 
 class PortableGroup(GroupLifecycle):
@@ -136,10 +134,10 @@ class PortableGroup(GroupLifecycle):
                 hang = "timeout"
                 break
             waiting = [r for r in range(n) if reports[r] is None]
-            if expect == "case" and waiting and now - last_poll > DEADLOCK_POLL_S:
+            if expect == "case" and waiting and now - last_poll > deadlock.WATCHDOG_POLL_S:
                 last_poll = now
                 where = self._where(waiting, with_stack=False)
-                previous, hang = _deadlock(where, previous, now, self.limits.deadlock_after_s)
+                previous, hang = deadlock.by_watchdogs(where, previous, now, self.limits.deadlock_after_s)
                 if hang:
                     break
         unfinished = [r for r in range(n) if reports[r] is None]
@@ -207,23 +205,6 @@ class PortableGroup(GroupLifecycle):
                 if isinstance(answer, dict):
                     answers[r] = answer
         return answers
-
-
-def _deadlock(
-    where: dict[int, dict[str, Any]], previous: tuple[float, dict[int, Any]] | None, now: float, after_s: float
-) -> tuple[tuple[float, dict[int, Any]] | None, str]:
-    """Every unfinished rank answered, each blocked in communication with the same status as before,
-    using under a tenth of the elapsed time in CPU, for ``after_s``: a deadlock by the ranks' own account."""
-    blocked = {r: (a.get("seq"), a.get("cpu_s", 0.0)) for r, a in where.items() if a.get("state") == StatusSlot.BLOCKED}
-    if not where or len(blocked) != len(where):
-        return None, ""
-    if previous is None or {r: s for r, (s, _) in blocked.items()} != {r: s for r, (s, _) in previous[1].items()}:
-        return (now, blocked), ""
-    since, before = previous
-    cpu = sum(float(c) - float(before[r][1]) for r, (_, c) in blocked.items())
-    if now - since > after_s and cpu < 0.1 * (now - since):
-        return previous, "deadlock"
-    return previous, ""
 
 
 def _send(conn: Any, frame: bytes) -> None:

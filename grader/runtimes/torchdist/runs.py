@@ -4,6 +4,7 @@ torch.distributed runtime (forked or portable)."""
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -18,6 +19,7 @@ G = TypeVar("G", bound="GroupLifecycle")
 
 STACK_WAIT_S = 1.0  # a spinning rank on a loaded machine can take a while to be scheduled and dump
 FAILURE_GRACE_S = 0.3  # after one rank failed, for the others' replies (their own account of the case)
+READ_BYTES = 1 << 18  # one read of a rank's pipe: the pipe's size (``launcher.PIPE_BYTES``)
 
 
 @dataclass
@@ -171,3 +173,19 @@ class CappedOutput:
             for line in bytes(buf).decode("utf-8", "replace").splitlines()
         ]
         return "\n".join(lines)
+
+
+def drain(fd: int) -> bytes:
+    """Read what is available (bounded per call so one chatty rank cannot starve the loop)."""
+    chunks = []
+    total = 0
+    while total < 4 << 20:
+        try:
+            chunk = os.read(fd, READ_BYTES)
+        except OSError:  # nothing more now (BlockingIOError, InterruptedError), or the end is gone
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
