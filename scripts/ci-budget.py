@@ -5,7 +5,12 @@ The budget is 30 minutes on the 2-core machine CI runs on; CI's hard limit is 90
 budget is reported, never failed: a noisy machine must not block a right submission, but whoever
 slowed the suite sees it before the landing does.
 
-    python3 scripts/ci-budget.py --junit JUNIT_XML --total SECONDS STAGE=SECONDS ...
+With ``--cpu-before`` and ``--cpu-after`` (the ``cpu`` line of /proc/stat when the suite began and
+ended) it also says how busy the machine's cores were meanwhile: a suite whose cores idle gains from
+another pytest worker, one whose cores are busy only from less work.
+
+    python3 scripts/ci-budget.py --junit JUNIT_XML --total SECONDS \
+        [--cpu-before LINE --cpu-after LINE] STAGE=SECONDS ...
 """
 
 from __future__ import annotations
@@ -37,6 +42,20 @@ def by_module(tests: list[tuple[float, str]]) -> list[tuple[float, int, str]]:
     return sorted(((sum(times), len(times), module) for module, times in totals.items()), reverse=True)
 
 
+def busy_share(before: str, after: str) -> float | None:
+    """The share of the cores' time that was not idle (idle and iowait) between two /proc/stat ``cpu``
+    lines; None when either is not one."""
+    try:
+        first, last = ([int(x) for x in line.split()[1:]] for line in (before, after))
+    except ValueError:
+        return None
+    spent = [b - a for a, b in zip(first, last, strict=False)]
+    total = sum(spent)
+    if len(spent) < 5 or total <= 0:
+        return None
+    return 1 - (spent[3] + spent[4]) / total
+
+
 def minutes(seconds: float) -> str:
     return f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
 
@@ -45,14 +64,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--junit", type=Path, required=True)
     parser.add_argument("--total", type=float, required=True)
+    parser.add_argument("--cpu-before", default="", help="/proc/stat's cpu line when the suite began")
+    parser.add_argument("--cpu-after", default="", help="and when it ended")
     parser.add_argument("stages", nargs="*", help="NAME=SECONDS, in the order they ran")
     args = parser.parse_args(argv)
     print(f"[ci-budget] .ci/run took {minutes(args.total)} (budget {minutes(BUDGET_S)}, limit 90:00)")
     for stage in args.stages:
         name, _, seconds = stage.rpartition("=")
         print(f"[ci-budget]   {minutes(float(seconds)):>6}  {name}")
+    busy = busy_share(args.cpu_before, args.cpu_after)
+    if busy is not None:
+        print(f"[ci-budget] the cores were busy {busy:.0%} of the suite's time (the rest idle)")
     tests = cases(args.junit)
     if tests:
+        print(f"[ci-budget] the tests' own seconds, summed over every worker: {sum(t for t, _ in tests):.0f} s")
         print("[ci-budget] the ten slowest tests:")
         for seconds, name in sorted(tests, reverse=True)[:10]:
             print(f"[ci-budget]   {seconds:7.1f} s  {name}")

@@ -40,6 +40,7 @@ def test_the_budget_names_each_stage_and_the_slowest_tests_and_modules(
         "[ci-budget]      90.2 s     1 tests  tests.test_b",
         "[ci-budget]      70.5 s     2 tests  tests.test_a",
     ]
+    assert "[ci-budget] the tests' own seconds, summed over every worker: 161 s" in lines
     assert not any("OVER BUDGET" in line for line in lines)
 
 
@@ -51,3 +52,14 @@ def test_over_the_budget_it_says_so_last_and_still_exits_0(tmp_path: Path, capsy
 def test_an_unreadable_junit_still_gives_the_times(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert BUDGET["main"](["--junit", str(tmp_path / "none.xml"), "--total", "10"]) == 0
     assert capsys.readouterr().out == "[ci-budget] .ci/run took 0:10 (budget 30:00, limit 90:00)\n"
+
+
+def test_with_proc_stat_before_and_after_it_says_how_busy_the_cores_were(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = "cpu  100 0 50 1000 10 0 0 0 0 0"
+    after = "cpu  400 0 150 1090 20 0 0 0 0 0"  # 400 busy ticks, 100 idle or waiting on a disk
+    args = ["--junit", str(tmp_path / "none.xml"), "--total", "10", "--cpu-before", before, "--cpu-after", after]
+    assert BUDGET["main"](args) == 0
+    assert "[ci-budget] the cores were busy 80% of the suite's time (the rest idle)" in capsys.readouterr().out
+    assert BUDGET["busy_share"]("cpu 1 2", "not a line") is None
