@@ -268,6 +268,33 @@ def test_spawned_workers_as_on_macos_and_windows_join_a_group_run_a_case_and_ser
     assert not any(w.process.is_alive() for w in workers)
 
 
+@pytest.mark.slow
+def test_a_closed_fork_server_pool_leaves_no_directory_of_multiprocessing_behind(tmp_path: Path) -> None:
+    """The fork server's socket lives in a pymp-* directory that multiprocessing removes only when the
+    interpreter exits normally, which a session ending with os._exit never does: the pool removes it."""
+    import multiprocessing
+
+    import torch
+
+    from grader.limits import Limits
+    from grader.runtimes.torchdist.portable_group import PortableGroup
+    from grader.runtimes.torchdist.session import student_config
+
+    pack = load_pack("a9")
+    sandbox = tmp_path / "sandbox"
+    shutil.copytree(REPO / "reference" / "a9", sandbox)
+    pool = portable.WorkerPool(2, sandbox, pack.bodies, pack.search_path, student_config(pack, {}), method="forkserver")
+    try:
+        with PortableGroup(2, Limits(), pool) as group:
+            run = group.run_case({"op": "calibrate"}, [{"x": torch.ones(8)}] * 2, 60.0)
+            assert [rep.status for rep in run.ranks] == ["ok", "ok"], run.output
+        tempdir = Path(multiprocessing.process.current_process()._config["tempdir"])  # type: ignore[attr-defined]
+        assert tempdir.name.startswith("pymp-") and tempdir.is_dir()
+    finally:
+        pool.close()
+    assert not tempdir.exists()
+
+
 def _multiprocessing_helpers() -> set[int]:
     """Pids of ``multiprocessing``'s fork servers and resource trackers on this machine (but another
     test worker's: its Dask cluster has its own)."""

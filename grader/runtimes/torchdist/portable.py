@@ -23,6 +23,7 @@ import contextlib
 import multiprocessing
 import multiprocessing.forkserver
 import multiprocessing.resource_tracker
+import multiprocessing.util
 import os
 import signal
 import sys
@@ -182,7 +183,8 @@ def _stop_multiprocessing_helpers(method: str) -> None:
     """``multiprocessing``'s own processes, the fork server and the resource tracker, end by themselves
     once the session has: the server only after tearing torch down, a second or more after the grading
     returned.  A grading leaves no process behind, so they end here, the server killed (it holds
-    nothing).  CPython has no public way to stop either; ``_stop`` is what its own tests use."""
+    nothing), and no directory either.  CPython has no public way to stop either process; ``_stop``
+    is what its own tests use."""
     if method == "forkserver":
         server = multiprocessing.forkserver._forkserver
         pid = getattr(server, "_forkserver_pid", None)
@@ -193,6 +195,12 @@ def _stop_multiprocessing_helpers(method: str) -> None:
     stop = getattr(multiprocessing.resource_tracker._resource_tracker, "_stop", None)  # not in every Python
     if stop is not None:
         stop()
+    # Its temporary directory (pymp-*, where the fork server's socket was) goes with a finalizer that
+    # runs at the interpreter's exit, which a session that ends with os._exit never reaches: run now.
+    tempdir = multiprocessing.process.current_process()._config.get("tempdir")  # type: ignore[attr-defined]
+    for finalizer in list(multiprocessing.util._finalizer_registry.values()):  # type: ignore[attr-defined]
+        if tempdir is not None and tempdir in getattr(finalizer, "_args", ()):
+            finalizer()
 
 
 def pool_capacity(cases: Iterable[Case], skip: Collection[str], handoffs: Collection[str], method: str) -> int:
