@@ -29,6 +29,7 @@ from grader.sandbox.isolation import IsolationConfig
 ROOT = os.geteuid() == 0
 REFERENCE = Path(__file__).resolve().parents[1] / "reference" / "a9" / "src" / "collectives.py"
 Probe = Callable[[IsolationConfig], dict[str, Any]]
+NO_REPORT = {"crash": "no report"}
 
 
 def _mount_namespaces_work() -> bool:
@@ -113,8 +114,10 @@ def run_ranks(
         os.close(write)
         children.append((pid, read))
     reports = [receive(read) for _, read in children]
-    for pid, _ in children:
-        os.waitpid(pid, 0)
+    for (pid, _), report in zip(children, reports, strict=True):
+        status = os.waitpid(pid, 0)[1]
+        if report == NO_REPORT:  # how the rank ended says what cut it short: a signal, or an exit before its report
+            report["status"] = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {status >> 8}"
     assert all("crash" not in rep for rep in reports), reports
     return reports
 
@@ -128,7 +131,7 @@ def receive(fd: int) -> dict[str, Any]:
     """One length-prefixed report: EOF never comes while a process the probe left holds the pipe."""
     with os.fdopen(fd, "rb") as pipe:
         size = int.from_bytes(pipe.read(4) or b"\0", "big")
-        return json.loads(pipe.read(size)) if size else {"crash": "no report"}
+        return json.loads(pipe.read(size)) if size else dict(NO_REPORT)
 
 
 def attempt(action: Callable[[], object]) -> str:
