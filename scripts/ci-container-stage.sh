@@ -42,6 +42,9 @@ HOSTILE=(
     "thread_outlives_case=-"     # a spinning thread left behind by every my_allgather
     "a5_steal_q8_answer=-"     # A5: a Q8 snippet that looks for the grader's Q8 answer (modules, frames, gc, disk)
 )
+# Graded first, the two longest (about 2 minutes each on 2 cores): started last, either ran on alone at the
+# end while the other slot sat idle, and the stage took a minute longer.
+LONGEST=(flood_hidden_all_to_all unguarded_routes)
 REFERENCE=reference/a9  # its tasks must earn max_score, and some bonus on top
 COMMIT_TIME=2026-01-05T12:00:00+00:00  # the reference's commit, as results.json must report it with --trust-commit-time
 # ---------------------------------------------------------------------------------------------------------
@@ -107,7 +110,10 @@ grade a5 reference/a5 90 --pack a5
 # HW12's hand-in is a notebook, graded on the threads runtime: the handout's 6.5 points.
 grade hw12 reference/hw12 6.5 --pack hw12
 built=()  # submissions made by a make.py: removed at the end, after the checks looked beside them
-for entry in "${HOSTILE[@]}"; do
+ordered=()
+for entry in "${HOSTILE[@]}"; do [[ " ${LONGEST[*]} " == *" ${entry%%=*} "* ]] && ordered=("$entry" "${ordered[@]}"); done
+for entry in "${HOSTILE[@]}"; do [[ " ${LONGEST[*]} " == *" ${entry%%=*} "* ]] || ordered+=("$entry"); done
+for entry in "${ordered[@]}"; do
     name=${entry%%=*}
     dir=tests/corpus/hostile/$name
     if [[ ! -d $dir ]]; then
