@@ -72,9 +72,59 @@ def test_a_deadlock_is_a_hang_naming_each_stage_the_whole_model_on_a_stage_and_d
     assert whole.verdict is Verdict.WRONG and "NaN" in whole.message
     # stages 1 and 2 compute from the NaN data they read, and their received input gets no gradient
     assert cases["test_dataloader[pp3-l6-b12-m2]"].verdict in (Verdict.WRONG, Verdict.CRASH)
+    # each operation alone: only send_backward's condition is wrong, and only its quarter of Q7 is lost
+    conditions = {name: case.verdict for name, case in cases.items() if name.startswith("test_condition[")}
+    assert {name for name, verdict in conditions.items() if verdict is not Verdict.PASS} == {
+        f"test_condition[send_backward-pp{n}]" for n in (2, 3, 4)
+    }
+    assert "stage 1 of 2 returned without communicating" in cases["test_condition[send_backward-pp2]"].message
     items = {item.id: item.score for item in result.items()}
-    assert items["q7_communicate.code"] == 0 and items["q8_pipelined.code"] == 0 and items["q6_dataloader.code"] == 0
+    assert items["q7_communicate.code"] == 9 and items["q8_pipelined.code"] == 0 and items["q6_dataloader.code"] == 0
     assert items["q4_baseline.code"] == 12 and items["q10_gradient_check.code"] == 6  # charged once
+
+
+def test_a_q7_operation_is_judged_from_what_each_stage_posted_alone() -> None:
+    """recv_forward at pp=3: the first stage posts nothing and returns None, every other stage one
+    irecv from the previous stage, returned; anything else names the stage and what it did."""
+    import torch
+
+    from grader.pack import Prepared
+    from grader.packs.a5.bodies import IRECV, ISEND, RETURNED_NONE, RETURNED_POSTED
+    from grader.packs.a5.catalog import cases_of
+    from grader.packs.a5.judge import judge
+
+    case = next(c for c in cases_of("test_condition") if c.id == "recv_forward-pp3")
+    shape = case.params["shapes"]
+
+    def reply(*ops: tuple[int, int], returned: int) -> dict[str, torch.Tensor]:
+        flat = [len(ops)]
+        for kind, peer in ops:
+            flat += [kind, peer, 0, len(shape), *shape]
+        return {"posted": torch.tensor(flat), "returned": torch.tensor([returned])}
+
+    def verdict(*replies: dict[str, torch.Tensor]) -> tuple[str, str] | None:
+        return judge(case, Prepared([], []), list(replies), None)
+
+    first, second, third = (
+        reply(returned=RETURNED_NONE),
+        reply((IRECV, 0), returned=RETURNED_POSTED),
+        reply((IRECV, 1), returned=RETURNED_POSTED),
+    )
+    assert verdict(first, second, third) is None
+    assert verdict(reply((IRECV, -1), returned=RETURNED_POSTED), second, third) == (
+        "wrong",
+        "pipeline_communicate('recv_forward') on stage 0 of 3 posted an operation with stage -1: "
+        "the first stage has no such neighbour",
+    )
+    assert verdict(first, reply(returned=RETURNED_NONE), third) == (
+        "wrong",
+        "pipeline_communicate('recv_forward') on stage 1 of 3 returned without communicating: "
+        "it must receive from stage 0",
+    )
+    assert verdict(first, second, reply((ISEND, 1), returned=RETURNED_NONE)) == (
+        "wrong",
+        "pipeline_communicate('recv_forward') on stage 2 of 3 posted an isend to stage 1: it must receive from stage 1",
+    )
 
 
 def test_a_rank_compiles_a_program_once_runs_it_afresh_in_every_case_and_drops_it_for_the_next() -> None:

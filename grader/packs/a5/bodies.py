@@ -302,6 +302,55 @@ def _pipelined(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
     return reply
 
 
+class _Posting(types.ModuleType):
+    """``torch.distributed`` as the pipeline module sees it in a Q7 condition case: the operations
+    handed to ``batch_isend_irecv`` are kept, never posted.  So one operation runs alone: no peer
+    answers it, no other condition (the student's or the grader's) takes part."""
+
+    def __init__(self) -> None:
+        super().__init__("torch.distributed")
+        self.posted: list[Any] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(dist, name)
+
+    def batch_isend_irecv(self, ops: list[Any]) -> list[Any]:
+        self.posted.extend(ops)
+        return []
+
+
+#: how a posted operation's kind is replied
+ISEND, IRECV, OTHER = 1, 2, 0
+#: what the call returned: nothing, the tensor of the operation it posted, anything else
+RETURNED_NONE, RETURNED_POSTED, RETURNED_OTHER = 0, 1, 2
+
+
+def _operation(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
+    """Q7, one condition at a time: this stage calls the student's ``pipeline_communicate`` for the
+    case's operation alone.  Replies what it posted (per operation: kind, global peer, whether its
+    tensor is the one given, then its shape's rank and sizes) and what it returned."""
+    run = Run(student, params, t)
+    posting = _Posting()
+    vars(run.pipeline)["dist"] = posting
+    operation = params["operation"]
+    given = t["tensor"] if operation.startswith("send") else None
+    returned = run.pipeline.pipeline_communicate(
+        operation=operation, pp_process_group=dist.group.WORLD, tensor=given, shapes=tuple(params["shapes"])
+    )
+    flat = [len(posting.posted)]
+    for op in posting.posted:
+        kind = ISEND if op.op is dist.isend else IRECV if op.op is dist.irecv else OTHER
+        shape = list(op.tensor.shape)
+        flat += [kind, int(op.peer), int(given is not None and op.tensor is given), len(shape), *shape]
+    if returned is None:
+        code = RETURNED_NONE
+    elif posting.posted and returned is posting.posted[0].tensor:
+        code = RETURNED_POSTED
+    else:
+        code = RETURNED_OTHER
+    return {"posted": _ints(flat), "returned": _ints([code])}
+
+
 def _check(question: str) -> Callable[[Any, dict[str, Any], Tensors], Tensors]:
     """The whole run with the grader's answers, then the question's check twice: on the right results,
     and on results the grader made wrong (Q9: the last micro-batch's output; Q10: each stage's last
@@ -331,7 +380,8 @@ BODIES = {
     "q4": _q4,
     "q5": _q5,
     "q6": _pipelined,
-    "q7": _pipelined,
+    "q7": _operation,
+    "q7_pipelined": _pipelined,
     "q8": _pipelined,
     "q9": _check("Q9"),
     "q10": _check("Q10"),

@@ -23,18 +23,29 @@ ASSERTION_ARGS = {
     "few-microbatches": ((4, 6, 2, 12), (4, 4, 4, 8), (3, 4, 2, 6)),
 }
 
-#: What each kind exercises, by the question the report answers it under (the rubric's items).
+#: The operations of ``pipeline_communicate``, each guarded in the starter by one condition of Q7's.
+OPERATIONS = ("recv_forward", "send_forward", "recv_backward", "send_backward")
+
+#: What each kind exercises, by the question the report answers it under (the rubric's items).  Q7 has
+#: two kinds: each operation called alone (its condition judged apart, what pays) and the whole pipeline
+#: with the student's function (feedback); a hang of the one is not a hang of the other.
 FUNCTION_OF = {
     "q2": "Q2 assertions",
     "q3": "Q3 tensor_shapes",
     "q4": "Q4 baseline",
     "q5": "distribute_layers",
     "q6": "Q6 dataloader",
-    "q7": "pipeline_communicate",
+    "q7": "pipeline_communicate, one operation alone",
+    "q7_pipelined": "pipeline_communicate in the pipeline",
     "q8": "Q8 pipelined forward and backward",
     "q9": "Q9 output check",
     "q10": "Q10 gradient check",
 }
+
+
+def question(kind: str) -> str:
+    """The report's question a case of ``kind`` grades (``q7_pipelined``: Q7)."""
+    return kind.partition("_")[0].upper()
 
 
 def _args(pp: int, layers: int, batch: int, micro: int) -> dict[str, int]:
@@ -70,7 +81,13 @@ def all_cases() -> list[Case]:
     for name, pairs in (("even", EVEN_PAIRS), ("uneven", UNEVEN_PAIRS)):
         cases.append(Case("test_distribute_layers", name, 1, "q5", {"pairs": [list(p) for p in pairs]}))
     cases += [Case("test_dataloader", _id(*p), p[0], "q6", _args(*p)) for p in PIPELINES[:4]]
-    for test, kind in (("test_communicate", "q7"), ("test_pipelined", "q8")):
+    shapes = [2, SEQUENCE, HIDDEN]  # one micro-batch's activation
+    cases += [
+        Case("test_condition", f"{operation}-pp{pp}", pp, "q7", {"operation": operation, "shapes": shapes})
+        for operation in OPERATIONS
+        for pp in (2, 3, 4)
+    ]
+    for test, kind in (("test_communicate", "q7_pipelined"), ("test_pipelined", "q8")):
         cases += [Case(test, _id(*p), p[0], kind, {**_args(*p), "nan_hint": NAN_HINT}) for p in PIPELINES]
     for test, kind in (("test_output_check", "q9"), ("test_gradient_check", "q10")):
         cases += [Case(test, _id(*p), p[0], kind, _args(*p)) for p in (PIPELINES[0], PIPELINES[1], PIPELINES[3])]

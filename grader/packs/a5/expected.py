@@ -68,6 +68,10 @@ def prepare(case: Case, salt: str) -> Prepared:
     seed = torch.tensor(_input_seed(case, salt))
     if case.kind in ("q2", "q5"):
         return Prepared([{} for _ in range(ws)], [{} for _ in range(ws)])
+    if case.kind == "q7":  # what a send is given; which operation each stage posts is judge's
+        gen = torch.Generator().manual_seed(_input_seed(case, salt))
+        given = [{"tensor": torch.rand(p["shapes"], generator=gen)} for _ in range(ws)]
+        return Prepared(given, [{} for _ in range(ws)], given[0]["tensor"].numel() * 4)
     w1, w2 = _weights(case, salt)
     sent = {"seed": seed, "w1": w1, "w2": w2}
     act_bytes = p["micro_batch_size"] * p["sequence_length"] * p["hidden_size"] * 4

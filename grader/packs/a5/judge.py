@@ -87,6 +87,50 @@ def _schedule(case: Case, messages: list[tuple[int, int, int]] | None) -> Verdic
     return None
 
 
+def _posted(flat: list[int]) -> list[tuple[int, int, bool, list[int]]]:
+    """A Q7 reply's operations, (kind, peer, the tensor given, shape); what does not parse ends it."""
+    values, ops = iter(flat[1:]), []
+    for _ in range(flat[0] if flat else 0):
+        kind, peer, given, ndim = (next(values, -1) for _ in range(4))
+        ops.append((kind, peer, given == 1, [next(values, -1) for _ in range(max(ndim, 0))]))
+    return ops
+
+
+def _operation(case: Case, replies: list[dict[str, Any]]) -> Verdict:
+    """One operation of ``pipeline_communicate`` on every stage: the first stage receives nothing
+    forward and sends nothing backward, the last the reverse; every other call posts one operation
+    with its neighbour and returns what the starter returns."""
+    from grader.packs.a5.bodies import IRECV, ISEND, RETURNED_NONE, RETURNED_POSTED
+
+    operation, stages = case.params["operation"], case.world_size
+    receive, forward = operation.startswith("recv"), operation.endswith("forward")
+    for stage, reply in enumerate(replies):
+        call = f"pipeline_communicate('{operation}') on stage {stage} of {stages}"
+        ops, returned = _posted(_flags(reply, "posted")), (_flags(reply, "returned") or [-1])[0]
+        peer = stage - 1 if receive == forward else stage + 1  # a forward comes from below, a backward from above
+        if not 0 <= peer < stages:
+            edge = "first" if peer < 0 else "last"
+            if ops:
+                return "wrong", f"{call} posted an operation with stage {peer}: the {edge} stage has no such neighbour"
+            if returned != RETURNED_NONE:
+                return "wrong", f"{call} returned a value: it must return None when it performs no P2P communication"
+            continue
+        verb = f"receive from stage {peer}" if receive else f"send to stage {peer}"
+        if not ops:
+            return "wrong", f"{call} returned without communicating: it must {verb}"
+        if len(ops) > 1:
+            return "wrong", f"{call} posted {len(ops)} operations: it must {verb}, once"
+        kind, got_peer, given, shape = ops[0]
+        if kind != (IRECV if receive else ISEND) or got_peer != peer:
+            posted = {ISEND: "an isend to", IRECV: "an irecv from"}.get(kind, "an operation with")
+            return "wrong", f"{call} posted {posted} stage {got_peer}: it must {verb}"
+        if receive and (shape != list(case.params["shapes"]) or returned != RETURNED_POSTED):
+            return "wrong", f"{call} must receive a tensor of the shapes it is given and return it"
+        if not receive and (not given or returned != RETURNED_NONE):
+            return "wrong", f"{call} must send the tensor it is given and return None"
+    return None
+
+
 def _check(case: Case, replies: list[dict[str, Any]]) -> Verdict:
     """The check must pass on the right results and fail where the grader made them wrong."""
     runs = [[*_flags(r, "raised"), 0, 0][:2] for r in replies]
@@ -109,7 +153,9 @@ def judge(
         return _assertions(case, replies)
     if case.kind == "q5":
         return _distribution(case, replies)
-    if case.kind in ("q6", "q7", "q8"):  # Q6: the first stage feeds the rest, on the wire
+    if case.kind == "q7":
+        return _operation(case, replies)
+    if case.kind in ("q6", "q7_pipelined", "q8"):  # Q6: the first stage feeds the rest, on the wire
         return _schedule(case, messages)
     if case.kind in ("q9", "q10"):
         return _check(case, replies)

@@ -34,7 +34,7 @@ def _case_data(case: Case, root: Path) -> dict[str, Any]:
 
     path = root / REPORT
     text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
-    return program(text, case.kind.upper())
+    return program(text, catalog.question(case.kind))
 
 
 def feedback(root: Path) -> list[str]:

@@ -32,6 +32,10 @@ def test_dataloader(case, check):
     check(case)
 
 
+def test_condition(case, check):
+    check(case)
+
+
 def test_communicate(case, check):
     check(case)
 
