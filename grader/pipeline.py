@@ -42,17 +42,17 @@ def grade(
     deadline: str | None = None,
     trust_commit_time: bool = False,
     secret_file: Path | None = None,
-    runtime: str = "auto",
+    isolation: str = "auto",
     keyword: str | None = None,
 ) -> GradeResult:
     """Grade one submission locally; write every output format to ``out_dir`` when given.
 
     ``submitted_at`` and ``trust_commit_time`` decide the submission time (``grader.submission_time``);
     ``deadline`` replaces the rubric's; ``secret_file`` holds the instructor's input salt;
-    ``runtime`` is ``--isolation`` (``runtimes.torchdist.mode.decide``); ``keyword`` is ``-k``:
+    ``isolation`` is ``--isolation`` (``runtimes.torchdist.mode.decide``); ``keyword`` is ``-k``:
     only the matching visible cases run, and the result says its score is partial.
     """
-    with _early_host(runtime) as host:  # first: its torch import overlaps all that comes before the matrix
+    with _early_host(isolation) as host:  # first: its torch import overlaps all that comes before the matrix
         from grader import intake, late, runner, scoring, selection, tempdirs
         from grader.render.outputs import write_outputs
         from grader.rubric import load_rubric
@@ -85,12 +85,12 @@ def grade(
                     limits=asdict(limits),
                     policy=rubric.policy.to_dict(),
                     pack=rubric.assignment.pack,
-                    isolation=_isolation_fields(taken.sandbox, limits),
+                    isolation_config=_isolation_config(taken.sandbox, limits),
                     salt=salt,
                     layers={"salt": salt_layer},
                     total_timeout_s=limits.total_timeout_s,
                     only=only,
-                    runtime=runtime,
+                    isolation=isolation,
                     partial=only is not None,
                     host=host,
                 )
@@ -131,7 +131,7 @@ def grade(
 
 
 @contextlib.contextmanager
-def _early_host(runtime: str) -> Iterator[Host | None]:
+def _early_host(isolation: str) -> Iterator[Host | None]:
     """The matrix session's host, started before anything else: its torch import (a second) overlaps
     this process's own imports, the rubric, intake and the static checks (issue 23).  It is told
     nothing until the matrix runs (``grader.matrix.host``); none for the portable runtime."""
@@ -139,7 +139,7 @@ def _early_host(runtime: str) -> Iterator[Host | None]:
     from grader.runtimes.torchdist import mode
 
     try:
-        hosted = not mode.decide(runtime).portable
+        hosted = not mode.decide(isolation).portable
     except UserError:
         hosted = False  # the matrix says why, as it would without an early host
     host = Host.take() if hosted else None
@@ -165,7 +165,7 @@ def keep_deliverables(sandbox: Path, names: tuple[str, ...], out_dir: Path) -> N
                 shutil.copyfile(path, kept / path.name)
 
 
-def _isolation_fields(sandbox: Path, limits: Limits) -> dict[str, Any]:
+def _isolation_config(sandbox: Path, limits: Limits) -> dict[str, Any]:
     return {
         "sandbox": str(sandbox),
         "memory_mb": limits.memory_mb,
@@ -205,7 +205,7 @@ def _grade_locally(args: argparse.Namespace, when: SubmittedAt | None) -> GradeR
         deadline=args.deadline,
         trust_commit_time=args.trust_commit_time,
         secret_file=args.secret_file,
-        runtime=getattr(args, "isolation", "auto"),
+        isolation=getattr(args, "isolation", "auto"),
         keyword=getattr(args, "keyword", None),
     )
 

@@ -82,11 +82,11 @@ def run_matrix(
     salt: str,
     *,
     pack: str,
-    isolation: dict[str, Any] | None = None,
+    isolation_config: dict[str, Any] | None = None,
     layers: dict[str, str] | None = None,
     total_timeout_s: float = 600.0,
     only: list[str] | None = None,
-    runtime: str = "auto",
+    isolation: str = "auto",
     partial: bool = False,
     host: Host | None = None,
 ) -> MatrixRun:
@@ -107,7 +107,7 @@ def run_matrix(
     log = ""
     phases: dict[str, float] = {}
     everything = _case_names(assignment, only)
-    hosted = not mode.decide(runtime).portable  # the sandbox's zygote is forked by the session's host
+    hosted = not mode.decide(isolation).portable  # the sandbox's zygote is forked by the session's host
     for round_no in range(1, MAX_ROUNDS + 1):
         session_host = None
         if hosted:
@@ -124,9 +124,9 @@ def run_matrix(
             isolation_report=str(workdir / "isolation.json"),
             salt=salt,
             skip=decided + [name for name in _case_names(assignment, None) if name not in everything],
-            isolation=isolation or {},
+            isolation_config=isolation_config or {},
             layers=layers or {},
-            runtime=runtime,
+            isolation=isolation,
             timeline=str(workdir / f"timeline-round{round_no}.json"),
             launched=time.monotonic(),
         )

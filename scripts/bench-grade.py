@@ -10,7 +10,7 @@ v1 or v2): that figure says how far two cores can go, whatever the wall time say
 
     python3 scripts/bench-grade.py                 # a9, a4, hw12, a5; 3 runs each
     python3 scripts/bench-grade.py --runs 5 a9 a5  # some of them
-    python3 scripts/bench-grade.py --isolation full,portable a9   # the runtimes side by side (issue 21)
+    python3 scripts/bench-grade.py --isolation full,portable a9   # the isolations side by side (issue 21)
     python3 scripts/bench-grade.py --against before=/path/to/old-checkout/.venv/bin/python a9   # before/after
 
 Measure on an idle machine: wall times move with the load, and only figures taken in one run of this
@@ -96,7 +96,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("packs", nargs="*", help=f"some of {', '.join(SUBMISSIONS)} (default: all of them)")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--isolation", default="auto", help="runtimes, alternated: auto, full, portable")
+    parser.add_argument("--isolation", default="auto", help="isolations, alternated: auto, full, portable")
     parser.add_argument(
         "--against",
         action="append",
@@ -105,7 +105,7 @@ def main() -> int:
         help="also grade with the grader another interpreter imports (e.g. a venv of an older checkout), alternated",
     )
     args = parser.parse_args()
-    runtimes = args.isolation.split(",")
+    isolations = args.isolation.split(",")
     pythons = {"": sys.executable} | dict(spec.split("=", 1) for spec in args.against)
     args.packs = args.packs or list(SUBMISSIONS)
     if unknown := set(args.packs) - set(SUBMISSIONS):
@@ -114,18 +114,19 @@ def main() -> int:
         compile_grader(python)
     cgroup = _cpu_cgroup()
 
-    def row_name(pack: str, runtime: str, who: str) -> str:
-        words = [pack, *([runtime] if len(runtimes) > 1 else []), *([f"({who or 'this'})"] if len(pythons) > 1 else [])]
+    def row_name(pack: str, isolation: str, who: str) -> str:
+        words = [pack, *([isolation] if len(isolations) > 1 else [])]
+        words += [f"({who or 'this'})"] if len(pythons) > 1 else []
         return " ".join(words)
 
-    label = {(p, r, who): row_name(p, r, who) for p in args.packs for r in runtimes for who in pythons}
+    label = {(p, r, who): row_name(p, r, who) for p in args.packs for r in isolations for who in pythons}
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in label.values()}
     try:
         with tempfile.TemporaryDirectory(prefix="bench-grade-") as tmp:
             for run in range(args.runs):
-                for (pack, runtime, who), name in label.items():  # alternated: a change of load touches each alike
-                    out = Path(tmp) / f"{pack}-{runtime}-{who}-{run}"
-                    rows[name].append(grade_once(pack, runtime, pythons[who], out, cgroup))
+                for (pack, isolation, who), name in label.items():  # alternated: a change of load touches each alike
+                    out = Path(tmp) / f"{pack}-{isolation}-{who}-{run}"
+                    rows[name].append(grade_once(pack, isolation, pythons[who], out, cgroup))
     finally:
         if cgroup is not None:
             cgroup.rmdir()
@@ -137,13 +138,13 @@ def main() -> int:
         medians = {c: statistics.median(r[c] for r in runs) for c in columns}
         cells = [f"{v:g}" if c in ("cases", "points") else f"{v:.2f}" for c, v in medians.items()]
         print(f"| {name} | " + " | ".join(cells) + " |")
-    for (pack, runtime, who), name in label.items():  # each run's gradings ran back to back: compare them
+    for (pack, isolation, who), name in label.items():  # each run's gradings ran back to back: compare them
         if not who:
             continue
-        ours = rows[label[(pack, runtime, "")]]
+        ours = rows[label[(pack, isolation, "")]]
         diffs = [a["wall"] - b["wall"] for a, b in zip(ours, rows[name], strict=True)]
         print(
-            f"{row_name(pack, runtime, '')}, minus {who}, run by run: wall {statistics.median(diffs):+.2f} s "
+            f"{row_name(pack, isolation, '')}, minus {who}, run by run: wall {statistics.median(diffs):+.2f} s "
             f"(median), from {min(diffs):+.2f} to {max(diffs):+.2f}; faster in {sum(d < 0 for d in diffs)} "
             f"of {len(diffs)}"
         )

@@ -89,11 +89,11 @@ class Record:
         return out
 
 
-def grade_entry(name: str, dest: Path, runtime: str = "auto") -> GradeResult:
+def grade_entry(name: str, dest: Path, isolation: str = "auto") -> GradeResult:
     """Build entry ``name`` at ``dest`` and grade it under its pack's default rubric."""
     entry_spec = spec(name)
     submission = build(CORPUS / name, entry_spec, dest)
-    return grade(submission, load_pack(pack_of(name)).rubric, runtime=runtime)
+    return grade(submission, load_pack(pack_of(name)).rubric, isolation=isolation)
 
 
 @dataclass

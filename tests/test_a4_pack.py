@@ -75,9 +75,17 @@ def run_cases(tmp_path: Path, script: str, only: list[str]) -> dict[str, tuple[s
     box = tmp_path / "sandbox"
     box.mkdir(parents=True)
     (box / "assignment4.py").write_text(script)
-    isolation = {"sandbox": str(box), **ISOLATION}
+    isolation_config = {"sandbox": str(box), **ISOLATION}
     run = run_matrix(
-        box, ["assignment4.py"], tmp_path / "work", {}, POLICY, salt="s", pack="a4", isolation=isolation, only=only
+        box,
+        ["assignment4.py"],
+        tmp_path / "work",
+        {},
+        POLICY,
+        salt="s",
+        pack="a4",
+        isolation_config=isolation_config,
+        only=only,
     )
     return {name: (case.verdict.value, case.message) for name, case in read_junit(run.junit).items()}
 

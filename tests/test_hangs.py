@@ -42,8 +42,10 @@ def sandbox(tmp_path: Path, edits: dict[str, tuple[str, str]]) -> Path:
 
 
 def verdicts(tmp_path: Path, box: Path, only: list[str]) -> dict[str, tuple[str, str]]:
-    isolation = {"sandbox": str(box), "memory_mb": 2048, "nproc": 64, "cpu_s": 60, "file_size_mb": 64}
-    run = run_matrix(box, FILES, tmp_path / "work", {}, POLICY, salt="t", pack="a9", isolation=isolation, only=only)
+    isolation_config = {"sandbox": str(box), "memory_mb": 2048, "nproc": 64, "cpu_s": 60, "file_size_mb": 64}
+    run = run_matrix(
+        box, FILES, tmp_path / "work", {}, POLICY, salt="t", pack="a9", isolation_config=isolation_config, only=only
+    )
     return {name: (case.verdict.value, case.message) for name, case in read_junit(run.junit).items()}
 
 

@@ -37,13 +37,13 @@ def sandbox_of(tmp_path: Path, tree: Path, patch: dict[str, tuple[str, str]] | N
 
 
 def isolated(box: Path) -> dict[str, object]:
-    """The isolation a grading asks for (``grader.pipeline``): every layer this process can build."""
+    """The ``isolation_config`` a grading asks for (``grader.pipeline``): every layer this process can build."""
     return {"sandbox": str(box), "memory_mb": 2048, "nproc": 64, "cpu_s": 60, "file_size_mb": 64}
 
 
 def verdicts(tmp_path: Path, box: Path, only: list[str] | None = None) -> dict[str, tuple[str, str]]:
     run = run_matrix(
-        box, FILES, tmp_path / "work", {}, POLICY, salt="test", pack="a9", isolation=isolated(box), only=only
+        box, FILES, tmp_path / "work", {}, POLICY, salt="test", pack="a9", isolation_config=isolated(box), only=only
     )
     return {name: (case.verdict.value, case.message) for name, case in read_junit(run.junit).items()}
 
@@ -192,7 +192,7 @@ def test_a_task1_defect_is_charged_once_task2_runs_with_the_graders_known_good_f
     ]
     box = sandbox_of(tmp_path, ROOT / "reference/a9", {"src/collectives.py": WRONG_ALLREDUCE})
     run = run_matrix(
-        box, FILES, tmp_path / "work", {}, POLICY, salt="test", pack="a9", isolation=isolated(box), only=only
+        box, FILES, tmp_path / "work", {}, POLICY, salt="test", pack="a9", isolation_config=isolated(box), only=only
     )
     cases = read_junit(run.junit)
     assert cases[only[0]].verdict.value == "wrong"
@@ -310,7 +310,15 @@ def traces(tmp_path: Path, tree: str) -> dict[str, dict]:
     only = ["test_trace_broadcast[ws8]", "test_trace_allreduce[ws8]"]
     box = sandbox_of(tmp_path / tree, ROOT / tree)
     run = run_matrix(
-        box, FILES, tmp_path / tree / "work", {}, POLICY, salt="test", pack="a9", isolation=isolated(box), only=only
+        box,
+        FILES,
+        tmp_path / tree / "work",
+        {},
+        POLICY,
+        salt="test",
+        pack="a9",
+        isolation_config=isolated(box),
+        only=only,
     )
     cases = read_junit(run.junit)
     assert {case.verdict.value for case in cases.values()} == {"pass"}

@@ -28,7 +28,7 @@ from grader.pack import load_pack
 from grader.pipeline import grade
 from grader.runner import run_matrix
 from grader.runtimes.torchdist import portable
-from grader.runtimes.torchdist.mode import Host, Mode, decide, start_method
+from grader.runtimes.torchdist.mode import Host, Isolation, decide, start_method
 from grader.runtimes.torchdist.portable import pool_capacity
 from grader.sandbox import libc, namespaces, parent
 from tests import fidelity
@@ -45,11 +45,11 @@ FULL_LAYERS = {
 }  # fmt: skip
 
 
-# --------------------------------------------------------------------------- which runtime, where
+# --------------------------------------------------------------------------- which isolation, where
 
 
 @pytest.mark.parametrize(
-    ("host", "mode"),
+    ("host", "isolation"),
     [
         (Host("win32", fork=False, root=False, namespaces="not Linux"), "portable"),
         (Host("darwin", fork=True, root=False, namespaces="not Linux"), "portable"),
@@ -58,9 +58,9 @@ FULL_LAYERS = {
         (Host("linux", fork=True, root=True, namespaces=""), "full"),
     ],
 )
-def test_auto_picks_the_strongest_runtime_the_machine_can_build(host: Host, mode: str) -> None:
+def test_auto_picks_the_strongest_isolation_the_machine_can_build(host: Host, isolation: str) -> None:
     chosen = decide("auto", host)
-    assert chosen.name == mode
+    assert chosen.name == isolation
     assert chosen.why  # every choice says why
     assert decide("portable", host).name == "portable"  # and a student may always ask for the portable one
 
@@ -145,7 +145,7 @@ def test_workers_fork_from_a_torch_loaded_server_only_on_linux(system: str, meth
 
 @pytest.mark.parametrize("method", ["forkserver", "spawn"])
 def test_portable_layers_name_every_layer_the_full_sandbox_reports_and_say_advisory(method: str) -> None:
-    layers = Mode("portable", "no os.fork on this platform").layers(method)
+    layers = Isolation("portable", "no os.fork on this platform").layers(method)
     assert f"({method})" in layers["zygote"] and "scrubbed environment" in layers["zygote"]
     assert set(layers) | {"audit_hooks"} == FULL_LAYERS | {"runtime"}  # audit hooks: the ranks report them
     off = {name for name, state in layers.items() if state.startswith("off: ")}
@@ -160,10 +160,10 @@ def test_rootless_a_capture_that_lost_packets_is_no_measurement_but_as_root_it_s
     from grader.runtimes.torchdist.traffic import Traffic
 
     lost, whole = Traffic(lost="the capture dropped 12 packets"), Traffic()
-    assert Mode("rootless", "an unprivileged user namespace").measured(lost) is None  # the ranks' records count
-    assert Mode("full", "root").measured(lost) is lost  # verdicts.tampering fails the case
-    assert Mode("rootless", "an unprivileged user namespace").measured(whole) is whole
-    assert Mode("rootless", "an unprivileged user namespace").measured(None) is None
+    assert Isolation("rootless", "an unprivileged user namespace").measured(lost) is None  # the ranks' records count
+    assert Isolation("full", "root").measured(lost) is lost  # verdicts.tampering fails the case
+    assert Isolation("rootless", "an unprivileged user namespace").measured(whole) is whole
+    assert Isolation("rootless", "an unprivileged user namespace").measured(None) is None
 
 
 def test_a_spawned_rank_gets_no_grader_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -343,9 +343,9 @@ def _verdicts(
         POLICY,
         salt="t",
         pack="a9",
-        isolation=iso,
+        isolation_config=iso,
         only=only,
-        runtime="portable",
+        isolation="portable",
     )
     assert json.loads((tmp_path / "work" / "isolation.json").read_text())["runtime"].startswith("off: portable")
     return {name: (case.verdict.value, case.message) for name, case in read_junit(run.junit).items()}
@@ -398,7 +398,7 @@ A9_TREES = [("reference/a9", 105), ("student_template/a9", 0)]  # the naive refe
 @pytest.mark.slow
 @pytest.mark.parametrize(("tree", "total"), A9_TREES)
 def test_portable_grades_honest_a9_trees_as_the_full_sandbox_does(tree: str, total: float) -> None:
-    result = grade(REPO / tree, runtime="portable")
+    result = grade(REPO / tree, isolation="portable")
     assert result.score == total
     assert result.isolation["runtime"].startswith("off: portable runtime (--isolation portable)")
     assert "the instructor's run is the grade of record" in result.isolation["runtime"]
@@ -407,9 +407,11 @@ def test_portable_grades_honest_a9_trees_as_the_full_sandbox_does(tree: str, tot
 @pytest.mark.slow
 def test_portable_and_full_agree_case_by_case_on_the_naive_reference() -> None:
     """Every case's verdict and every item's score, not only the total."""
-    results = {mode: grade(REPO / "reference" / "a9-naive", runtime=mode) for mode in ("auto", "portable")}
+    results = {
+        isolation: grade(REPO / "reference" / "a9-naive", isolation=isolation) for isolation in ("auto", "portable")
+    }
     assert results["portable"].score == 100
-    full, portable_run = (fidelity.Record.of(results[mode]) for mode in ("auto", "portable"))
+    full, portable_run = (fidelity.Record.of(results[isolation]) for isolation in ("auto", "portable"))
     assert full.differences(portable_run) == {}, "(full, portable)"
 
 
@@ -420,7 +422,7 @@ def test_portable_grades_the_a4_reference_zip_as_the_full_sandbox_does(tmp_path:
 
     handin = hand_in(REPO / "reference" / "a4", tmp_path / "handin")
 
-    result = grade(handin, load_pack("a4").rubric, runtime="portable")
+    result = grade(handin, load_pack("a4").rubric, isolation="portable")
     assert result.score == 100
 
 
@@ -432,6 +434,6 @@ def test_portable_gives_every_fidelity_entry_the_full_sandboxs_verdicts(
     """Every case's verdict and every item's score of each A9 and A4 entry, as the full sandbox gives
     them (its grading is the one ``test_fidelity_corpus`` checked, when it ran in this session)."""
     full = fidelity.Record.of(full_grades.get(name, tmp_path))
-    portable_result = fidelity.grade_entry(name, tmp_path / "portable", runtime="portable")
+    portable_result = fidelity.grade_entry(name, tmp_path / "portable", isolation="portable")
     assert portable_result.isolation["runtime"].startswith("off: portable runtime")
     assert full.differences(fidelity.Record.of(portable_result)) == {}, "(full, portable)"

@@ -49,10 +49,18 @@ def test_an_evasion_never_passes_at_run_time(tmp_path: Path, path: Path) -> None
     shutil.copy(path, box / "src" / "collectives.py")
     function = target(path)
     assert function is not None
-    isolation = {"sandbox": str(box), "memory_mb": 2048, "nproc": 64, "cpu_s": 60, "file_size_mb": 64}
+    isolation_config = {"sandbox": str(box), "memory_mb": 2048, "nproc": 64, "cpu_s": 60, "file_size_mb": 64}
     only = [CASE_OF[function]]
     run = run_matrix(
-        box, ["src/collectives.py"], tmp_path / "work", {}, {}, salt="s", pack="a9", isolation=isolation, only=only
+        box,
+        ["src/collectives.py"],
+        tmp_path / "work",
+        {},
+        {},
+        salt="s",
+        pack="a9",
+        isolation_config=isolation_config,
+        only=only,
     )
     (case,) = read_junit(run.junit).values()
     if path.stem not in NOT_A_CALL:

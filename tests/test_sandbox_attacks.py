@@ -41,9 +41,17 @@ def matrix(
     for name in FILES:
         shutil.copy(tree / name, box / name)
     only = [c.name for c in catalog.all_cases() if c.name.startswith(prefixes) and c.world_size in sizes]
-    isolation = {"sandbox": str(box), "memory_mb": 2048, "nproc": 64, "cpu_s": 60, "file_size_mb": 64}
+    isolation_config = {"sandbox": str(box), "memory_mb": 2048, "nproc": 64, "cpu_s": 60, "file_size_mb": 64}
     run = run_matrix(
-        box, FILES, tmp_path / "work", limits or {}, POLICY, salt=salt, pack="a9", isolation=isolation, only=only
+        box,
+        FILES,
+        tmp_path / "work",
+        limits or {},
+        POLICY,
+        salt=salt,
+        pack="a9",
+        isolation_config=isolation_config,
+        only=only,
     )
     cases = read_junit(run.junit)
     assert set(cases) == set(only)

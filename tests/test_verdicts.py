@@ -18,7 +18,7 @@ from grader.matrix.timeline import Timeline
 from grader.pack import Case, Prepared
 from grader.results import Verdict
 from grader.runtimes.torchdist import launcher
-from grader.runtimes.torchdist.mode import Mode
+from grader.runtimes.torchdist.mode import Isolation
 from grader.runtimes.torchdist.replies import Claims
 from grader.runtimes.torchdist.runs import CaseRun, GroupStartError, RankReport, clean
 from grader.runtimes.torchdist.traffic import Traffic
@@ -152,7 +152,7 @@ def session(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> plugin.MatrixSes
     s.start_failures, s.import_failures, s.layers, s.failed_functions = {}, {}, {}, set()
     s.student_code_ran, s.sandbox, s.student = False, None, {}
     s.zygote, s.sandboxing, s.pool, s.fresh_groups = object(), object(), None, {}  # FakeGroup needs neither
-    s.launched, s.timeline, s.mode = {}, Timeline(0.0), Mode("full", "root")
+    s.launched, s.timeline, s.isolation = {}, Timeline(0.0), Isolation("full", "root")
     s.config = SimpleNamespace(ledger=str(tmp_path / "ledger.jsonl"))
     return s
 

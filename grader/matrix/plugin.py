@@ -56,11 +56,11 @@ class MatrixConfig:
     isolation_report: str
     salt: str  # keys every input (the pack's ``prepare``); never leaves this process
     skip: list[str] = field(default_factory=list)  # case names already decided by an earlier round
-    isolation: dict[str, Any] = field(default_factory=dict)  # IsolationConfig fields, or {} for none
+    isolation_config: dict[str, Any] = field(default_factory=dict)  # IsolationConfig fields, or {} for none
     layers: dict[str, str] = field(default_factory=dict)  # layers the runner reports (the salt's)
     timeline: str = ""  # where the session writes its phases (``grader.matrix.timeline``)
     launched: float = 0.0  # the runner's monotonic clock when it started the session
-    runtime: str = "auto"  # --isolation: auto, full or portable (``runtimes.torchdist.mode.decide``)
+    isolation: str = "auto"  # --isolation: auto, full or portable (``runtimes.torchdist.mode.decide``)
 
     @classmethod
     def load(cls) -> MatrixConfig:
@@ -83,11 +83,11 @@ class MatrixSession:
         self.limits = Limits(**config.limits)
         self.clip = self.limits.clipper()  # every message and capture quoted, bounded per case and in all
         self.sandbox = Path(config.sandbox)
-        self.mode = mode.decide(config.runtime)
+        self.isolation = mode.decide(config.isolation)
         self.zygote: Zygote | None = None  # the portable runtime spawns its ranks: no zygote, no sandbox
         self.sandboxing: Sandboxing | None = None
         self.pool: WorkerPool | None = None
-        if self.mode.portable:
+        if self.isolation.portable:
             from grader.runtimes.torchdist import portable
 
             method = mode.start_method()
@@ -97,14 +97,16 @@ class MatrixSession:
             )
         else:
             self.zygote = Zygote.forked()  # by this process's host, before it was the session
-            self.sandboxing = Sandboxing.for_this_process(self._isolation(), rootless=self.mode.name == "rootless")
+            self.sandboxing = Sandboxing.for_this_process(
+                self._isolation_config(), rootless=self.isolation.name == "rootless"
+            )
         self.groups: dict[int, Any] = {}  # rank processes -> the live group of that size
         #: rank processes -> the group a Handoff's second step runs in: fresh ranks that run nothing else
         self.fresh_groups: dict[int, Any] = {}
         self.launched: dict[tuple[bool, int], Any] = {}  # (fresh, rank processes) -> started before the cases
         self.import_failures: dict[str, tuple[Verdict, str]] = {}
         self.start_failures: dict[int, str] = {}  # rank processes -> why their group could not start
-        self.layers: dict[str, str] = {**config.layers, **self.mode.layers(self.pool.method if self.pool else "")}
+        self.layers: dict[str, str] = {**config.layers, **self.isolation.layers(self.pool.method if self.pool else "")}
         self.failed_functions: set[str] = set()  # functions with a failing case that a stand-in may replace
         self.hung: dict[tuple[str, int], str] = {}  # (function, world size) -> the case that hung
         self.calibration: dict[int, float | None] = {}  # rank processes -> seconds of the calibration allreduce
@@ -255,7 +257,7 @@ class MatrixSession:
             self.student_code_ran = True
             if run.traffic is None or not run.traffic.lost or run.hang:  # a hang is decided without the wire
                 break
-        run.traffic = self.mode.measured(run.traffic)  # rootless: a capped capture's overflow is not a verdict
+        run.traffic = self.isolation.measured(run.traffic)  # rootless: a capped capture's overflow is not a verdict
         return run
 
     def prepare_groups(self, names: list[str]) -> None:
@@ -361,13 +363,13 @@ class MatrixSession:
         }
         return sorted(replaceable & (self.failed_functions | broken))
 
-    def _isolation(self) -> dict[str, Any] | None:
+    def _isolation_config(self) -> dict[str, Any] | None:
         """IsolationConfig fields every rank shares (its scratch and uid are the group's business)."""
-        if not self.config.isolation:
+        if not self.config.isolation_config:
             return None
         from grader.sandbox.isolation import default_allow_read, default_hide
 
-        fields = dict(self.config.isolation)
+        fields = dict(self.config.isolation_config)
         fields.setdefault("allow_read", [str(p) for p in default_allow_read()])
         fields.setdefault("hide", [str(p) for p in default_hide()])
         return fields

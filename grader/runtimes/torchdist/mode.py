@@ -1,4 +1,5 @@
-"""Which runtime a session starts its ranks in, decided once per session (:func:`decide`).
+"""The isolation a session starts its ranks in (:class:`Isolation`), decided once per session from
+``--isolation`` (:func:`decide`).
 
 The full sandbox where the process is root on Linux, the rootless one where unprivileged user
 namespaces work (see ``grader.sandbox.netns``), and the portable one (``portable``,
@@ -50,8 +51,9 @@ class Host:
 
 
 @dataclass(frozen=True)
-class Mode:
-    """The runtime a session uses: ``full`` (root), ``rootless`` (a user namespace) or ``portable``."""
+class Isolation:
+    """The isolation a session uses: ``full`` (root), ``rootless`` (a user namespace) or ``portable``.
+    Its ``runtime`` layer (:meth:`layers`) says which, in ``results.json``."""
 
     name: str
     why: str
@@ -97,10 +99,11 @@ class Mode:
         }
 
 
-def decide(requested: str, host: Host | None = None) -> Mode:
-    """The runtime for ``--isolation requested`` on ``host`` (this machine by default)."""
+def decide(requested: str, host: Host | None = None) -> Isolation:
+    """The isolation for ``--isolation requested`` (auto, full or portable) on ``host`` (this machine by
+    default)."""
     if requested == "portable":
-        return Mode("portable", "--isolation portable")
+        return Isolation("portable", "--isolation portable")
     host = host or Host.this()
     missing = ""
     if not host.fork:
@@ -114,5 +117,5 @@ def decide(requested: str, host: Host | None = None) -> Mode:
             from grader.errors import UserError
 
             raise UserError(f"--isolation full: the Linux sandbox cannot be built here ({missing})")
-        return Mode("portable", missing)
-    return Mode("full", "root") if host.root else Mode("rootless", "an unprivileged user namespace")
+        return Isolation("portable", missing)
+    return Isolation("full", "root") if host.root else Isolation("rootless", "an unprivileged user namespace")

@@ -10,7 +10,7 @@ sent only inputs; the session decides every verdict.  What it cannot do without 
 /proc, confine the ranks.  So the messages and bytes are the ranks' own records, a hang is found by
 the case's time budget (and by the ranks' own account for a deadlock), and a rank that does not
 answer its watchdog is a ``hang`` without a line.  Every such layer is reported off, with the
-``runtime`` layer saying the run is advisory (``mode.Mode.layers``).
+``runtime`` layer saying the run is advisory (``mode.Isolation.layers``).
 
 This module imports no torch (the groups, which do, are ``portable_group``'s): the session starts
 its :class:`WorkerPool` first, so that the workers' torch imports overlap its own.  The pool knows
