@@ -4,14 +4,19 @@ An :class:`AssignmentPack` holds everything that is one assignment's: its matrix
 data), the session-side preparation of each case's inputs and expected values, the rank-side module
 whose bodies call the student's functions, the student modules and functions each kind of case
 exercises, its default rubric, and what its reports draw.  The engine (all of ``grader/`` outside
-``grader/packs/``) reads these and nothing else about an assignment; an import-linter contract in
-``.ci/run`` keeps it from importing a pack.
+``grader/packs/``) reads these and nothing else about an assignment; an import-linter contract
+(``pyproject.toml``, run by ``scripts/test.sh``) keeps it from importing a pack.
 
 Packs are found by name.  The entry point group ``grader.packs`` lists the installed ones, so a
 course can ship its own pack as a separate distribution; ``module:attribute`` names one that is not
 installed (the toy pack of the engine's own tests).  The group ``grader.default_pack`` has one entry,
 ``pack``: the pack ``grader grade`` uses when neither a rubric nor ``--pack`` names one.  See
 docs/ARCHITECTURE.md, "Writing a pack", for a worked example.
+
+What a pack's rank-side bodies raise is the engine's too: :class:`BadReturn` (a student function
+returned what the handout does not promise) and :class:`StuckThreads` (the threads runtime's
+hang).  They live in ``grader.runtimes``, which every rank imports (this module is the session's),
+and are named here so that the whole contract is read in one place.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from grader.errors import UserError
+from grader.runtimes import BadReturn as BadReturn  # re-exported: the contract in one place
+from grader.runtimes import StuckThreads as StuckThreads
 
 PACKS = "grader.packs"
 DEFAULT_PACK = "grader.default_pack"

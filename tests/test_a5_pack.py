@@ -90,10 +90,9 @@ def test_a_q7_operation_is_judged_from_what_each_stage_posted_alone() -> None:
 
     from grader.pack import Prepared
     from grader.packs.a5.bodies import IRECV, ISEND, RETURNED_NONE, RETURNED_POSTED
-    from grader.packs.a5.catalog import cases_of
     from grader.packs.a5.judge import judge
 
-    case = next(c for c in cases_of("test_condition") if c.id == "recv_forward-pp3")
+    case = next(c for c in load_pack("a5").cases_of("test_condition") if c.id == "recv_forward-pp3")
     shape = case.params["shapes"]
 
     def reply(*ops: tuple[int, int], returned: int) -> dict[str, torch.Tensor]:

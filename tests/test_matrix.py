@@ -349,6 +349,18 @@ def test_an_import_that_never_finishes_costs_one_timeout_and_task2_still_runs(tm
     assert results[only[2]][0] == "pass"  # transformer.py graded with the grader's own collectives
 
 
+def test_a_function_that_returns_no_tensor_is_wrong_and_says_what_it_returned(tmp_path: Path) -> None:
+    """``BadReturn`` (``grader.runtimes``, raised by a pack's bodies) is a rank's ``bad_return``: the
+    case is wrong, with what the function returned."""
+    listed = ("    return out\n", "    return [out]\n")
+    only = ["test_allgather[ws2-float32-4x5]"]
+    results = verdicts(tmp_path, sandbox_of(tmp_path, ROOT / "reference/a9", {"src/collectives.py": listed}), only)
+    assert results[only[0]] == (
+        "wrong",
+        "rank 0: my_allgather returned list, expected a torch.Tensor (and 1 other rank)",
+    )
+
+
 def test_the_case_seed_claims_only_the_entropy_torch_keeps() -> None:
     """torch's CPU generator keeps the low 32 bits of a seed, so Case.seed is 32 bits: a wider value
     would draw the same inputs while claiming more entropy than they have."""

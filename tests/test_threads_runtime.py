@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.runtimes import StuckThreads
 from grader.runtimes.threads import harness
 
 HERE = str(Path(__file__).parent)
@@ -79,7 +80,7 @@ def test_a_lock_never_released_is_a_hang_within_seconds_naming_each_threads_line
 
     start = time.monotonic()
     try:
-        with pytest.raises(harness.StuckThreads) as info:
+        with pytest.raises(StuckThreads) as info:
             harness.run([work, work], order=[1, 0], timeout_s=30, sandbox=HERE)
         assert time.monotonic() - start < harness.DEADLOCK_S + 3
         message = str(info.value)
@@ -96,7 +97,7 @@ def test_a_barrier_nobody_else_reaches_is_a_hang_that_says_it_waits_in_the_barri
         barrier.wait()
 
     try:
-        with pytest.raises(harness.StuckThreads, match=r"in waits \(waiting in wait\)"):
+        with pytest.raises(StuckThreads, match=r"in waits \(waiting in wait\)"):
             harness.run([waits, waits], order=[1, 0], timeout_s=30, sandbox=HERE)
     finally:
         barrier.abort()
@@ -135,7 +136,7 @@ def test_a_thread_left_running_after_the_case_is_a_hang() -> None:
         threading.Thread(target=stop.wait, daemon=True).start()
 
     try:
-        with pytest.raises(harness.StuckThreads, match="left running after the case"):
+        with pytest.raises(StuckThreads, match="left running after the case"):
             harness.run([leaves_a_thread], order=[0], timeout_s=30, sandbox=HERE)
     finally:
         stop.set()

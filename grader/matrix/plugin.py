@@ -412,6 +412,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     torch.set_num_threads(1)
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Each test of a pack's file runs the pack's cases of that name (``AssignmentPack.cases_of``): a
+    pack's test file is one line per test and declares no hook of its own."""
+    if "case" in metafunc.fixturenames:
+        assert _SESSION is not None
+        cases = _SESSION.pack.cases_of(metafunc.function.__name__)
+        metafunc.parametrize("case", cases, ids=[case.id for case in cases])
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # pytest ends the session through pytest_sessionfinish
 

@@ -14,6 +14,17 @@ from __future__ import annotations
 #: ``grader grade --isolation``: how the torchdist runtime starts its ranks (``torchdist.mode.decide``).
 ISOLATION_MODES = ("auto", "full", "portable")
 
+
+class BadReturn(Exception):
+    """A student function returned what the handout does not promise (a list where a tensor was due):
+    raised by a pack's rank-side bodies, the case's ``bad_return`` verdict with this message."""
+
+
+class StuckThreads(Exception):
+    """Student threads that never finished (a deadlock, a thread left running, the case's time): raised
+    by the threads runtime's harness, the case's ``hang`` verdict with this message."""
+
+
 #: The runtimes this grader has.
 AVAILABLE = frozenset({"torchdist", "threads"})
 

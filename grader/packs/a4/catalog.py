@@ -84,7 +84,3 @@ def all_cases() -> list[Case]:
     cases += _parallel("test_column_parallel_input_grad", "column_input_grad", {"seed": "s2"})
     cases += _parallel("test_column_parallel_step", "column_step", {}, SEEDS)
     return cases
-
-
-def cases_of(test: str) -> list[Case]:
-    return [c for c in all_cases() if c.test == test]

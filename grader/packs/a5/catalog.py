@@ -92,7 +92,3 @@ def all_cases() -> list[Case]:
     for test, kind in (("test_output_check", "q9"), ("test_gradient_check", "q10")):
         cases += [Case(test, _id(*p), p[0], kind, _args(*p)) for p in (PIPELINES[0], PIPELINES[1], PIPELINES[3])]
     return cases
-
-
-def cases_of(test: str) -> list[Case]:
-    return [c for c in all_cases() if c.test == test]

@@ -2,15 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
-from grader.packs.a5.catalog import cases_of
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    cases = cases_of(metafunc.function.__name__)
-    metafunc.parametrize("case", cases, ids=[c.id for c in cases])
-
 
 def test_assertions(case, check):
     check(case)

@@ -16,12 +16,9 @@ import torch
 
 from grader.packs.a9 import trusted
 from grader.packs.a9.shards import SHARD_NAMES, SHARDED
+from grader.runtimes import BadReturn
 
 Tensors = dict[str, torch.Tensor]
-
-
-class BadReturn(Exception):
-    """The student function returned something that is not what the handout promises."""
 
 
 class Student(Protocol):

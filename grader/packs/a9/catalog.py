@@ -231,10 +231,6 @@ def all_cases() -> list[Case]:
     return [replace(case, degenerate=ONE_RANK) if case.world_size == 1 else case for case in cases]
 
 
-def cases_of(test: str) -> list[Case]:
-    return [c for c in all_cases() if c.test == test]
-
-
 def all_case_ids() -> list[str]:
     return [c.name for c in all_cases()]
 

@@ -1,20 +1,11 @@
 """The hidden matrix of Assignment 9.  Run by ``grader.runner`` as its own pytest session.
 
-Each test is one line: the case (from ``catalog.py``) is run by the ``check`` fixture of
-``grader.matrix.plugin``, which forks the ranks, compares in this process and records the
+Each test is one line: its cases (``catalog.py``'s, parametrized by ``grader.matrix.plugin``) are run
+by the plugin's ``check`` fixture, which forks the ranks, compares in this process and records the
 verdict as JUnit properties.  This module never imports student code.
 """
 
 from __future__ import annotations
-
-import pytest
-
-from grader.packs.a9.catalog import cases_of
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    cases = cases_of(metafunc.function.__name__)
-    metafunc.parametrize("case", cases, ids=[c.id for c in cases])
 
 
 def test_broadcast(case, check): check(case)

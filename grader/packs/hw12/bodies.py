@@ -34,6 +34,7 @@ import torch.nn as nn
 
 from grader.handin import Extraction, notebook
 from grader.packs.hw12 import given, names, trusted
+from grader.runtimes import BadReturn
 from grader.runtimes.threads import harness, hub
 
 FILES = ("hw12.ipynb", "hw12.py")
@@ -50,10 +51,6 @@ GIVEN: dict[str, Any] = {
     "as_completed": as_completed,
     **{name: getattr(given, name) for name in ("SimpleMLP", "reference_step", "TensorParallelLinear", *given.DRIVERS)},
 }
-
-
-class BadReturn(Exception):
-    """A student function returned something of the wrong type: the rank's ``bad_return``."""
 
 
 def extraction(student: Any) -> Extraction:

@@ -116,7 +116,3 @@ def all_cases() -> list[Case]:
             params = _one_process(ws, model=[d_in, d_hidden, d_out], batch=batch, epochs=TP_EPOCHS)
             cases.append(Case("test_part3_3_tp_training", f"ws{ws}-m{m}", ws, "tp_training", params))
     return [replace(case, degenerate=ONE_RANK) if case.world_size == 1 else case for case in cases]
-
-
-def cases_of(test: str) -> list[Case]:
-    return [c for c in all_cases() if c.test == test]

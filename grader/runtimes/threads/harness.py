@@ -9,7 +9,7 @@ between two gradings of one submission, and code that relies on arrival order sh
 - a thread raised: that exception, re-raised on the case's thread with the student's line (a
   ``BrokenBarrierError`` included), so it is the student's ``crash``;
 - the unfinished threads sit on the same lines using no CPU for ``DEADLOCK_S`` (a barrier nobody
-  else reaches, a lock never released), or the case's time runs out: :class:`StuckThreads`, whose
+  else reaches, a lock never released), or the case's time runs out: :class:`~grader.runtimes.StuckThreads`, whose
   message names each stuck thread's line, and which the rank reports as ``hang``.
 
 Python cannot stop a thread, so a thread still running when the case ends (stuck, or started by the
@@ -26,15 +26,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from grader.runtimes import StuckThreads
+
 DEADLOCK_S = 1.5  # unchanged lines and no CPU for this long: a deadlock
 POLL_S = 0.05
 JOIN_S = 0.2
 STAGGER_S = 0.015  # at most between two threads' starts, in the seeded arrival order (see _settle)
 SETTLE_POLL_S = 0.0005
-
-
-class StuckThreads(Exception):
-    """Threads that never finished: the rank reports ``hang`` with this message."""
 
 
 def run(

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from grader.runtimes import BadReturn, StuckThreads
 from grader.runtimes.torchdist import guard
 from grader.runtimes.torchdist.torchrun_env import torchrun_env
 from grader.sandbox import audit, descriptors, isolation, reaping, syscalls, wire
@@ -207,9 +208,9 @@ def classify(exc: BaseException, sandbox: str) -> tuple[str, str]:
     text = str(exc)
     if isinstance(exc, MemoryError) or "can't allocate memory" in text or "DefaultCPUAllocator" in text:
         return "memory", "memory limit exceeded" + student_frames(exc, sandbox)
-    if type(exc).__name__ == "BadReturn":
+    if isinstance(exc, BadReturn):
         return "bad_return", text
-    if type(exc).__name__ == "StuckThreads":  # the threads runtime's harness: its student threads hung
+    if isinstance(exc, StuckThreads):  # the threads runtime's harness: its student threads hung
         return "hang", text
     if isinstance(exc, SystemExit):
         return "exception", f"the code called sys.exit({exc.code!r})" + student_frames(exc, sandbox)
