@@ -129,8 +129,9 @@ class Prepared:
     tensor_bytes: int = 0  # one rank's main input: the unit trace metrics and time budgets are judged in
     tolerance: dict[str, float] = field(default_factory=dict)  # rtol/atol elementwise, or norm (whole tensor)
     #: for a contract with more than one right answer: the problem with the ranks' outputs ("" when
-    #: right), decided in the session instead of comparing with ``expected``
-    judge: Callable[[list[dict[str, Any]]], str] | None = None
+    #: right), decided in the session instead of comparing with ``expected`` (before, and apart from,
+    #: the pack's :attr:`AssignmentPack.judge`, which decides what only the assignment knows to check)
+    outputs_problem: Callable[[list[dict[str, Any]]], str] | None = None
 
 
 def exact_sum(tensors: list[Any]) -> Any:

@@ -88,7 +88,7 @@ def _decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str
         if verdict is Verdict.HANG and (run.memory_pressure or run.memory_kills):
             return Decision(Verdict.MEMORY, _memory_before_time(run), trace, _details(run))
         return Decision(verdict, _failure_message(verdict, failures, run), trace, _details(run))
-    judged = prepared.judge([rep.tensors for rep in run.ranks]) if prepared.judge else None
+    judged = prepared.outputs_problem([rep.tensors for rep in run.ranks]) if prepared.outputs_problem else None
     for rep, expected in zip(run.ranks, prepared.expected, strict=True):
         problem = compare(rep.tensors, expected, prepared.tolerance) if judged is None else judged
         if problem:

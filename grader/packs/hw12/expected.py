@@ -87,10 +87,10 @@ def _split(case: Case, gen: torch.Generator) -> Prepared:
     x = torch.randn(batch, 3, generator=gen)
     x[:, 0] = torch.arange(batch, dtype=torch.float32)  # a row's number, to tell rows apart
 
-    def judge(outputs: list[Tensors]) -> str:
+    def problem(outputs: list[Tensors]) -> str:
         return split_problem(outputs[0], x, ws)
 
-    return Prepared([{"x": x}], [{}], x.numel() * 4, judge=judge)
+    return Prepared([{"x": x}], [{}], x.numel() * 4, outputs_problem=problem)
 
 
 def split_problem(got: Tensors, x: torch.Tensor, ws: int) -> str:
