@@ -59,18 +59,47 @@ class Layout:
         return f"{self.nodes}x{self.per_node}"
 
 
+_KEEP_EVENTS, _MUST_COMMUNICATE, _MUST_USE, _NAN_HINT, _PROCESSES = (
+    "keep_events",
+    "must_communicate",
+    "must_use",
+    "nan_hint",
+    "processes",
+)
+
+
+def engine_params(
+    *,
+    keep_events: bool = False,
+    must_communicate: bool = False,
+    must_use: str = "",
+    nan_hint: str = "",
+    processes: int | None = None,
+) -> dict[str, Any]:
+    """The entries of :attr:`Case.params` the engine reads, typed; a pack merges them into its own.
+
+    ``keep_events``: keep the ranks' message events (trace checks and diagrams).  ``must_communicate``:
+    at world size > 1, ranks that agree without a point-to-point message bypassed send/recv.
+    ``must_use``: a student function every rank must exchange data through, and the only one data may
+    reach a rank through (anything received otherwise is NaN, and a NaN result is ``not_parallel``).
+    ``nan_hint``: said when a wrong output holds NaN.  ``processes``: how many rank processes run the
+    case, when fewer than its world size (the threads runtime runs a world of N threads in one)."""
+    given = {
+        _KEEP_EVENTS: keep_events,
+        _MUST_COMMUNICATE: must_communicate,
+        _MUST_USE: must_use,
+        _NAN_HINT: nan_hint,
+        _PROCESSES: processes,
+    }
+    return {key: value for key, value in given.items() if value}
+
+
 @dataclass(frozen=True)
 class Case:
     """One case of a matrix: run by one rank group, decided by one verdict.
 
-    ``params`` go to the rank-side body as they are.  The engine itself reads a few of them:
-    ``keep_events`` (keep the ranks' message events, for trace checks and diagrams),
-    ``must_communicate`` (at world size > 1, ranks that agree without a point-to-point message bypassed
-    send/recv), ``must_use`` (a student function every rank must exchange data through, and the only
-    one data may reach a rank through: anything received otherwise is NaN, and a NaN result is
-    ``not_parallel``), ``nan_hint`` (said when a wrong output holds NaN) and ``processes`` (how many
-    rank processes run it, when fewer than ``world_size``: the threads runtime runs a world of N
-    threads in one process).
+    ``params`` go to the rank-side body as they are.  The engine itself reads a few of them, written
+    with :func:`engine_params` and read through the typed properties below.
     """
 
     test: str  # the pytest function of the pack's test file, e.g. "test_allreduce"
@@ -99,8 +128,24 @@ class Case:
 
     @property
     def processes(self) -> int:
-        """How many rank processes run this case (``params["processes"]``, else one per rank)."""
-        return int(self.params.get("processes", self.world_size))
+        """How many rank processes run this case (``engine_params(processes=)``, else one per rank)."""
+        return int(self.params.get(_PROCESSES, self.world_size))
+
+    @property
+    def keep_events(self) -> bool:
+        return bool(self.params.get(_KEEP_EVENTS))
+
+    @property
+    def must_communicate(self) -> bool:
+        return bool(self.params.get(_MUST_COMMUNICATE))
+
+    @property
+    def must_use(self) -> str:
+        return str(self.params.get(_MUST_USE) or "")
+
+    @property
+    def nan_hint(self) -> str:
+        return str(self.params.get(_NAN_HINT) or "")
 
     def rank_groups(self, handoffs: Collection[str]) -> list[tuple[bool, int]]:
         """The rank groups this case runs in, as (fresh, processes): a group of its size, and for a kind

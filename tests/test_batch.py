@@ -89,7 +89,7 @@ def fake_cases(text: str, pack, present: list[str]) -> list[tuple[str, str, str,
         if case.name == hang and "# fake: hang-case" in text:
             verdict, message = "hang", "rank 3 waited in recv(src=1) for the whole case"
         trace = None
-        if case.params.get("keep_events"):
+        if case.keep_events:
             function = pack.function_of[case.kind]
             tensor_bytes = 4096
             trace = {

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from grader.matrix import plugin, verdicts
 from grader.matrix.timeline import Timeline
-from grader.pack import Case, Prepared
+from grader.pack import Case, Prepared, engine_params
 from grader.results import Verdict
 from grader.runtimes.torchdist import launcher
 from grader.runtimes.torchdist.mode import Isolation
@@ -23,7 +23,7 @@ from grader.runtimes.torchdist.replies import Claims
 from grader.runtimes.torchdist.runs import CaseRun, GroupStartError, RankReport, clean
 from grader.runtimes.torchdist.traffic import Traffic
 
-CASE = Case("test_allreduce", "ws2", 2, "allreduce", {"must_communicate": True})
+CASE = Case("test_allreduce", "ws2", 2, "allreduce", engine_params(must_communicate=True))
 PREPARED = Prepared([{}, {}], [{"out": torch.ones(2)}, {"out": torch.ones(2)}])
 
 

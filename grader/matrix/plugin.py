@@ -233,7 +233,8 @@ class MatrixSession:
             "kind": case.kind,
             "module": self.pack.module_to_import(case.kind),
             "params": params,
-            "keep_events": bool(case.params.get("keep_events")),
+            "keep_events": case.keep_events,
+            "must_use": case.must_use,
             "layout": [case.launch.nodes, case.launch.per_node],  # what torchrun would tell each rank
             "broken": {module: message for module, (_, message) in self.import_failures.items()},
         }

@@ -73,7 +73,7 @@ def decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str]
 
 
 def _decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str]) -> Decision:
-    trace = summarize_trace(run, prepared.tensor_bytes, keep_events=bool(case.params.get("keep_events")))
+    trace = summarize_trace(run, prepared.tensor_bytes, keep_events=case.keep_events)
     unexplained = tampering(run, allowed)
     if unexplained:
         return Decision(Verdict.TAMPERING, unexplained, trace, _details(run))
@@ -92,22 +92,22 @@ def _decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str
     for rep, expected in zip(run.ranks, prepared.expected, strict=True):
         problem = compare(rep.tensors, expected, prepared.tolerance) if judged is None else judged
         if problem:
-            hint = case.params.get("nan_hint")
+            hint = case.nan_hint
             nan = any(t.is_floating_point() and bool(t.isnan().any()) for t in rep.tensors.values())
             if hint and nan:
                 problem += f" ({hint})"
             who = f"rank {rep.rank}: " if case.processes == case.world_size else ""  # else the names say which thread
-            if nan and case.params.get("must_use") and case.world_size > 1:  # data came around the exchange
+            if nan and case.must_use and case.world_size > 1:  # data came around the exchange
                 return Decision(Verdict.NOT_PARALLEL, who + problem, trace, _details(run))
             return Decision(Verdict.WRONG, who + problem, trace, _details(run))
-    required = case.params.get("must_use")
+    required = case.must_use
     if required and case.world_size > 1 and not all(required in rep.claims.student_functions for rep in run.ranks):
         return Decision(
             Verdict.NOT_PARALLEL,
             f"right values, but not every rank exchanged data through {required}, which the handout requires here",
             trace,
         )
-    if case.params.get("must_communicate") and case.world_size > 1 and not _communicated(run):
+    if case.must_communicate and case.world_size > 1 and not _communicated(run):
         if run.traffic is not None:
             return Decision(
                 Verdict.TAMPERING, "the ranks agreed without exchanging a single byte: the data came another way", trace

@@ -11,7 +11,7 @@ takes ``local_rank`` for ``rank`` fails where it is paid, and the feedback shows
 
 from __future__ import annotations
 
-from grader.pack import Case, Layout
+from grader.pack import Case, Layout, engine_params
 
 WORLD_SIZES = (1, 2, 4, 8)  # all divide global_batch_size 128 and output_dim 32
 ACCUMULATION_STEPS = (1, 2, 4, 8)
@@ -76,7 +76,7 @@ def all_cases() -> list[Case]:
         for k in ACCUMULATION_STEPS
         for s in SEEDS
     ]
-    cases += _parallel("test_data_parallel", "data_parallel", {"nan_hint": NAN_HINT}, SEEDS)
+    cases += _parallel("test_data_parallel", "data_parallel", engine_params(nan_hint=NAN_HINT), SEEDS)
     for test, kind in (("test_broadcast_parallel", "broadcast_parallel"), ("test_gather_parallel", "gather_parallel")):
         cases += [Case(test, f"ws{ws}", ws, kind, {}, degenerate=ONE_RANK if ws == 1 else None) for ws in WORLD_SIZES]
     cases += [Case("test_column_parallel_shard", f"ws{ws}", ws, "column_shard", {"seed": "s2"}) for ws in WORLD_SIZES]

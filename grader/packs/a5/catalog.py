@@ -8,7 +8,7 @@ reads ``pp{stages}-l{layers}-b{global batch}-m{micro-batch}``.
 
 from __future__ import annotations
 
-from grader.pack import Case
+from grader.pack import Case, engine_params
 
 SEQUENCE, HIDDEN, INTERMEDIATE = 8, 16, 56
 #: (pp, layers, global batch, micro-batch): the handout's 4 x 12 layers x 8 micro-batches first
@@ -88,7 +88,7 @@ def all_cases() -> list[Case]:
         for pp in (2, 3, 4)
     ]
     for test, kind in (("test_communicate", "q7_pipelined"), ("test_pipelined", "q8")):
-        cases += [Case(test, _id(*p), p[0], kind, {**_args(*p), "nan_hint": NAN_HINT}) for p in PIPELINES]
+        cases += [Case(test, _id(*p), p[0], kind, {**_args(*p), **engine_params(nan_hint=NAN_HINT)}) for p in PIPELINES]
     for test, kind in (("test_output_check", "q9"), ("test_gradient_check", "q10")):
         cases += [Case(test, _id(*p), p[0], kind, _args(*p)) for p in (PIPELINES[0], PIPELINES[1], PIPELINES[3])]
     return cases

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from grader.pack import Case
+from grader.pack import Case, engine_params
 
 WORLD_SIZES = (1, 2, 3, 4, 5, 8)
 #: Why world size 1 weighs nothing (``grader.pack.Case.degenerate``).
@@ -188,10 +188,9 @@ def _task2() -> list[Case]:
             for ws in config.world_sizes:
                 params = config.params()
                 if kind == "ulysses":  # "You must use my_all_to_all()": what arrives any other way is NaN
-                    params["must_use"] = "my_all_to_all"
-                    params["nan_hint"] = ULYSSES_HINT
+                    params.update(engine_params(must_use="my_all_to_all", nan_hint=ULYSSES_HINT))
                 if kind == "tensor_parallel":  # the full weights are NaN by the time the forward runs
-                    params["nan_hint"] = NAN_HINT
+                    params.update(engine_params(nan_hint=NAN_HINT))
                 cases.append(Case(test, f"ws{ws}-{config.id}", ws, kind, params))
     return cases
 
@@ -215,9 +214,13 @@ def _trace_probes() -> list[Case]:
             "all_to_all",
             {"scatter_dim": 2, "gather_dim": 1, "dtype": "float32", "layout": "", "large": False},
         ),
-        Case("test_trace_tensor_parallel", "ws4", 4, "tensor_parallel", {**small, "nan_hint": NAN_HINT}),
+        Case("test_trace_tensor_parallel", "ws4", 4, "tensor_parallel", {**small, **engine_params(nan_hint=NAN_HINT)}),
         Case(
-            "test_trace_ulysses", "ws4", 4, "ulysses", {**small, "must_use": "my_all_to_all", "nan_hint": ULYSSES_HINT}
+            "test_trace_ulysses",
+            "ws4",
+            4,
+            "ulysses",
+            {**small, **engine_params(must_use="my_all_to_all", nan_hint=ULYSSES_HINT)},
         ),
     ]
 
@@ -225,9 +228,12 @@ def _trace_probes() -> list[Case]:
 def all_cases() -> list[Case]:
     cases = _task1() + _task2() + _trace_probes()
     for case in cases:
-        case.params["keep_events"] = case.test.startswith("test_trace_")
-        if case.kind not in TASK2_KINDS:  # "only send/recv": ranks that agree without a message cheated
-            case.params["must_communicate"] = True
+        case.params.update(
+            engine_params(
+                keep_events=case.test.startswith("test_trace_"),
+                must_communicate=case.kind not in TASK2_KINDS,  # "only send/recv": agreeing without a message cheats
+            )
+        )
     return [replace(case, degenerate=ONE_RANK) if case.world_size == 1 else case for case in cases]
 
 

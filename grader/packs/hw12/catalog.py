@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from grader.pack import Case
+from grader.pack import Case, engine_params
 
 #: Why world size 1 weighs nothing (``grader.pack.Case.degenerate``).
 ONE_RANK = (
@@ -67,7 +67,7 @@ def _shape_id(dtype: str, shape: tuple[int, ...]) -> str:
 
 def _one_process(ws: int, **params: object) -> dict[str, object]:
     """A world of ``ws`` threads (or plain calls) in one rank process."""
-    return {"processes": 1, "world_size": ws, "thread_timeout_s": THREAD_TIMEOUT_S, **params}
+    return {**engine_params(processes=1), "world_size": ws, "thread_timeout_s": THREAD_TIMEOUT_S, **params}
 
 
 FRESH: dict[str, object] = {"rounds": ORDERS, "fresh_context": True}
@@ -101,7 +101,7 @@ def all_cases() -> list[Case]:
                 "model": [d_in, d_hidden, d_out],
                 "batch": per_rank * ws,
                 "epochs": DP_EPOCHS,
-                "nan_hint": NAN_HINT,
+                **engine_params(nan_hint=NAN_HINT),
             }
             cases.append(Case("test_part2_dp_step", f"ws{ws}-m{m}", ws, "dp_step", params))
         for layer, part in (("column", "part3_1"), ("row", "part3_2")):

@@ -13,5 +13,5 @@ rank groups, every ``grader.sandbox`` layer, the wire and the session's verdicts
   torch.distributed collectives (measured on the wire like any other), never through a shared heap.
 
 A case of world size N runs as N processes of one thread each (``hub``) or as one process of N
-threads (``harness``): its ``params["processes"]`` says how many processes (see ``grader.pack.Case``).
+threads (``harness``): its ``engine_params(processes=)`` says how many processes (see ``grader.pack``).
 """

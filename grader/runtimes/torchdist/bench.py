@@ -131,7 +131,7 @@ def main(args: argparse.Namespace) -> int:
             for c in pack.cases()
             if c.world_size == 4
             and set(pack.files_of(pack.module_of[c.kind])) & present
-            and not c.params.get("keep_events")
+            and not c.keep_events
             and c.kind not in pack.handoffs  # two groups per case (see pack.Handoff): not one launcher's case
         ]
         if not pool:

@@ -372,8 +372,7 @@ def _calibrate(frame: wire.Frame, rank_guard: guard.Guard) -> bytearray:
 def _run_case(frame: wire.Frame, student: Student, rank_guard: guard.Guard, setup: RankSetup) -> bytearray:
     """Run one case (on the student's thread) and encode its reply."""
     head = frame.header
-    params = head.get("params", {})
-    rank_guard.begin_case(bool(head.get("keep_events")), float(head["t0"]), str(params.get("must_use") or ""))
+    rank_guard.begin_case(bool(head.get("keep_events")), float(head["t0"]), str(head.get("must_use") or ""))
     kind = head["kind"]
     for name, reason in head.get("broken", {}).items():  # failed or hung in an earlier case: never retried
         if name not in sys.modules:
@@ -386,7 +385,7 @@ def _run_case(frame: wire.Frame, student: Student, rank_guard: guard.Guard, setu
         if head.get("module"):  # the session names the student module the case needs
             student.module(str(head["module"]))
         with torch.no_grad():  # grad mode is per thread
-            tensors = setup.bodies.BODIES[kind](student, params, frame.tensors)
+            tensors = setup.bodies.BODIES[kind](student, head.get("params", {}), frame.tensors)
         status, message = "ok", ""
     except BaseException as exc:  # the verdict is decided by the session from this report
         status, message = classify(exc, setup.sandbox)
