@@ -349,6 +349,20 @@ def load_pack(ref: str | None = None) -> AssignmentPack:
     return _checked(installed[ref].load(), ref)
 
 
+def lazy(target: str) -> Callable[..., Any]:
+    """A pack's session hook named ``"module:function"``, imported at its first call: a pack declares
+    hooks that need torch (``prepare``, ``judge``, a handoff's ``carry``) without importing torch when
+    it is loaded (``grader rubric validate`` needs none), and without a wrapper of its own."""
+    module, _, name = target.partition(":")
+
+    def hook(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    hook.__name__ = hook.__qualname__ = name
+    hook.__doc__ = f"{target}, imported at its first call"
+    return hook
+
+
 def bundled_rubric(pack_id: str) -> Path:
     """A bundled pack's default rubric: ``rubrics/<id>.yaml`` of a source checkout, else the copy an
     installed wheel packages as ``grader/rubrics/<id>.yaml`` (one file either way, edited in the repo)."""

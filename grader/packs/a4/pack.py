@@ -7,16 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.pack import AssignmentPack, Case, Prepared, bundled_rubric, bundled_starter
+from grader.pack import AssignmentPack, bundled_rubric, bundled_starter, lazy
 from grader.packs.a4 import catalog
 
 HERE = Path(__file__).resolve().parent
-
-
-def _prepare(case: Case, salt: str) -> Prepared:
-    from grader.packs.a4 import expected  # torch: only a grading needs it, not `grader rubric validate`
-
-    return expected.prepare(case, salt)
 
 
 PACK = AssignmentPack(
@@ -26,7 +20,7 @@ PACK = AssignmentPack(
     test_file=HERE / "test_a4.py",
     bodies="grader.packs.a4.bodies",
     cases=catalog.all_cases,
-    prepare=_prepare,
+    prepare=lazy("grader.packs.a4.expected:prepare"),  # torch: imported by a grading only
     module_of={kind: "assignment4" for kind in catalog.FUNCTION_OF},
     function_of=catalog.FUNCTION_OF,
     imports=False,  # its module level starts NCCL on GPUs: the bodies read the definitions out of the source

@@ -8,23 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from grader.pack import AssignmentPack, Case, CodePiece, Prepared, bundled_rubric, bundled_starter
+from grader.pack import AssignmentPack, Case, CodePiece, bundled_rubric, bundled_starter, lazy
 from grader.packs.a5 import catalog
 
 HERE = Path(__file__).resolve().parent
 REPORT = "report.md"
-
-
-def _prepare(case: Case, salt: str) -> Prepared:
-    from grader.packs.a5 import expected  # torch: only a grading needs it, not `grader rubric validate`
-
-    return expected.prepare(case, salt)
-
-
-def _judge(case: Case, prepared: Prepared, replies: list[dict[str, Any]], messages: Any) -> tuple[str, str] | None:
-    from grader.packs.a5.judge import judge
-
-    return judge(case, prepared, replies, messages)
 
 
 def _case_data(case: Case, root: Path) -> dict[str, Any]:
@@ -92,12 +80,12 @@ PACK = AssignmentPack(
     test_file=HERE / "test_a5.py",
     bodies="grader.packs.a5.bodies",
     cases=catalog.all_cases,
-    prepare=_prepare,
+    prepare=lazy("grader.packs.a5.expected:prepare"),  # torch: imported by a grading only
     module_of={kind: "report" for kind in catalog.FUNCTION_OF},
     function_of=catalog.FUNCTION_OF,
     imports=False,  # a report is read, never imported: the bodies splice its snippets into the starter
     files={"report": (REPORT,)},
-    judge=_judge,
+    judge=lazy("grader.packs.a5.judge:judge"),
     feedback=feedback,
     review=review,
     case_data=_case_data,

@@ -6,25 +6,12 @@ Session side only (the zygote imports ``grader.packs.a9.bodies`` and nothing of 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from grader.pack import AssignmentPack, Case, Diagram, Handoff, Prepared, bundled_rubric, bundled_starter
+from grader.pack import AssignmentPack, Diagram, Handoff, bundled_rubric, bundled_starter, lazy
 from grader.packs.a9 import catalog
 
 HERE = Path(__file__).resolve().parent
 COLLECTIVES = ("my_broadcast", "my_allreduce", "my_allgather", "my_reduce_scatter", "my_all_to_all")
-
-
-def _prepare(case: Case, salt: str) -> Prepared:
-    from grader.packs.a9 import expected  # torch: only a grading needs it, not `grader rubric validate`
-
-    return expected.prepare(case, salt)
-
-
-def _carry(case: Case, inputs: list[dict[str, Any]], returned: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from grader.packs.a9 import expected
-
-    return expected.carry(case, inputs, returned)
 
 
 PACK = AssignmentPack(
@@ -34,7 +21,7 @@ PACK = AssignmentPack(
     test_file=HERE / "test_a9.py",
     bodies="grader.packs.a9.bodies",
     cases=catalog.all_cases,
-    prepare=_prepare,
+    prepare=lazy("grader.packs.a9.expected:prepare"),  # torch: imported by a grading only
     module_of={
         kind: ("src.transformer" if kind in catalog.TASK2_KINDS else "src.collectives") for kind in catalog.FUNCTION_OF
     },
@@ -45,7 +32,7 @@ PACK = AssignmentPack(
     imports_before={"src.transformer": ("src.collectives",)},
     attributed=COLLECTIVES,
     # "Use the sharded weights stored in self.*_shard": only they reach the forward's fresh process
-    handoffs={"tensor_parallel": Handoff("tensor_parallel_init", _carry)},
+    handoffs={"tensor_parallel": Handoff("tensor_parallel_init", lazy("grader.packs.a9.expected:carry"))},
     diagram=Diagram(
         case="test_trace_all_to_all[ws4]",
         function="my_all_to_all",

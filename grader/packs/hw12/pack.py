@@ -7,16 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.pack import AssignmentPack, Case, CodePiece, Prepared, bundled_rubric, bundled_starter
+from grader.pack import AssignmentPack, CodePiece, bundled_rubric, bundled_starter, lazy
 from grader.packs.hw12 import catalog
 
 HERE = Path(__file__).resolve().parent
-
-
-def _prepare(case: Case, salt: str) -> Prepared:
-    from grader.packs.hw12 import expected  # torch: only a grading needs it, not `grader rubric validate`
-
-    return expected.prepare(case, salt)
 
 
 def _compared(root: Path) -> list[CodePiece]:
@@ -35,7 +29,7 @@ PACK = AssignmentPack(
     test_file=HERE / "test_hw12.py",
     bodies="grader.packs.hw12.bodies",
     cases=catalog.all_cases,
-    prepare=_prepare,
+    prepare=lazy("grader.packs.hw12.expected:prepare"),  # torch: imported by a grading only
     module_of={kind: "hw12" for kind in catalog.FUNCTION_OF},
     function_of=catalog.FUNCTION_OF,
     # Part 3.3 trains with the grader's context once the student's failed Part 1: charged once
