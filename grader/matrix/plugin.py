@@ -34,6 +34,7 @@ from grader.runtimes.torchdist.policy import Policy
 if TYPE_CHECKING:
     from grader.matrix.verdicts import Decision
     from grader.runtimes.torchdist.portable import WorkerPool
+    from grader.runtimes.torchdist.runs import CaseRun, Group
 
 MEASURE_RUNS = 2  # runs of a case whose capture lost packets, before it is decided on what was measured
 START_ATTEMPTS = 3  # starts of a rank group before its failure decides the case
@@ -100,10 +101,10 @@ class MatrixSession:
             self.sandboxing = Sandboxing.for_this_process(
                 self._isolation_config(), rootless=self.isolation.name == "rootless"
             )
-        self.groups: dict[int, Any] = {}  # rank processes -> the live group of that size
+        self.groups: dict[int, Group] = {}  # rank processes -> the live group of that size
         #: rank processes -> the group a Handoff's second step runs in: fresh ranks that run nothing else
-        self.fresh_groups: dict[int, Any] = {}
-        self.launched: dict[tuple[bool, int], Any] = {}  # (fresh, rank processes) -> started before the cases
+        self.fresh_groups: dict[int, Group] = {}
+        self.launched: dict[tuple[bool, int], Group] = {}  # (fresh, rank processes) -> started before the cases
         self.import_failures: dict[str, tuple[Verdict, str]] = {}
         self.start_failures: dict[int, str] = {}  # rank processes -> why their group could not start
         self.layers: dict[str, str] = {**config.layers, **self.isolation.layers(self.pool.method if self.pool else "")}
@@ -218,7 +219,7 @@ class MatrixSession:
         elif decision.verdict is Verdict.HANG and any(r.blocked_in.startswith("importing") for r in run.ranks):
             self.import_failures[module] = (Verdict.HANG, "the import never finished: " + decision.message)
 
-    def _run(self, case: Case, prepared: Prepared) -> Any:
+    def _run(self, case: Case, prepared: Prepared) -> CaseRun:
         """The case's run; a kind with a :class:`~grader.pack.Handoff` runs its first step here and its
         own body in a fresh group, with only what ``carry`` lets cross (may raise ``Refused``).  A run
         whose capture lost packets runs again in a fresh group (``MEASURE_RUNS`` in all), and is decided
@@ -286,7 +287,7 @@ class MatrixSession:
             except GroupStartError:
                 del self.launched[key]  # closed where it failed
 
-    def _group(self, groups: dict[int, Any], size: int) -> Any:
+    def _group(self, groups: dict[int, Group], size: int) -> Group:
         """The live group of ``size`` rank processes (``Case.processes``: the world size, but for a
         threads case) in ``groups``, started (and calibrated, once per size) when there is none, or
         taken from those started before the cases (``prepare_groups``).  A start that fails is tried
@@ -326,7 +327,7 @@ class MatrixSession:
         self.timeline.groups += time.monotonic() - started
         return group
 
-    def _new_group(self, size: int) -> Any:
+    def _new_group(self, size: int) -> Group:
         """A rank group of the session's runtime (both have the same interface)."""
         from grader.runtimes.torchdist.launcher import RankGroup
         from grader.runtimes.torchdist.portable_group import PortableGroup
@@ -336,7 +337,7 @@ class MatrixSession:
         assert self.zygote is not None and self.sandboxing is not None
         return RankGroup(size, self.sandbox, self.limits, self.zygote, self.sandboxing, self.student)
 
-    def _calibrate(self, group: Any) -> float | None:
+    def _calibrate(self, group: Group) -> float | None:
         """Seconds the runtime's own allreduce of CALIBRATION_BYTES per rank takes in this group (the
         median of three), before any student code is imported into it; None if it could not run
         (see ``grader.matrix.budgets``)."""

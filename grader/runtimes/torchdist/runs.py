@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 
@@ -120,6 +120,26 @@ def clean(run: CaseRun) -> bool:
         for peer, count in rep.claims.recv_from.items():
             received[(peer, rep.rank)] = count
     return sent == received and (run.traffic is None or explains(run.ranks, run.traffic))
+
+
+class Group(Protocol):
+    """Everything the matrix session does with a rank group, of either runtime (``launcher.RankGroup``,
+    ``portable_group.PortableGroup``): launch it and wait until its ranks are ready (the session starts
+    every group it will need side by side), run cases in it, and kill or close it."""
+
+    world_size: int
+    alive: bool  # launched and not yet killed or closed
+    layers: dict[str, str]  # the isolation layers its ranks report, for results.json
+
+    def launch(self) -> None: ...
+
+    def wait_ready(self) -> None: ...
+
+    def run_case(self, header: dict[str, Any], inputs: list[dict[str, torch.Tensor]], timeout_s: float) -> CaseRun: ...
+
+    def kill(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class GroupLifecycle:
