@@ -46,7 +46,7 @@ def test_a_rank_of_hw12_holds_no_catalog_and_no_expected_value() -> None:
     )
     done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True, cwd="/")
     loaded = set(json.loads(done.stdout))
-    assert loaded == {f"grader.packs.hw12{m}" for m in ("", ".bodies", ".given", ".names", ".trusted")}
+    assert loaded == {f"grader.packs.hw12{m}" for m in ("", ".bodies", ".context", ".given", ".names", ".trusted")}
 
 
 def test_a_cases_arrival_orders_come_from_the_grading_secret_not_from_its_name() -> None:

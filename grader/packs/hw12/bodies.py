@@ -9,7 +9,7 @@ the driver functions is never run.  Its imports run when the module they name is
 
 - Part 1 and ``split_batch``: one process; the student's threads run in the threads runtime's harness.
 - ``dp_step`` and the layers: one process per rank, each holding only its own rows or shard, the
-  context a trusted one whose collectives go between the processes (``grader.runtimes.threads.hub``);
+  context a trusted one whose collectives go between the processes (``grader.packs.hw12.context``);
   ``dp_step`` always splits with the grader's ``split_batch`` (a split defect is charged once, in its
   own cases), and every row outside the rank's slice is NaN.
 - Part 3.3: one process, the handout's driver code with the student's context (the grader's, once the
@@ -34,8 +34,9 @@ import torch.nn as nn
 
 from grader.handin import Extraction, notebook
 from grader.packs.hw12 import given, names, trusted
+from grader.packs.hw12.context import TrustedContext
 from grader.runtimes import BadReturn
-from grader.runtimes.threads import harness, hub
+from grader.runtimes.threads import harness
 
 FILES = ("hw12.ipynb", "hw12.py")
 Tensors = dict[str, torch.Tensor]
@@ -178,7 +179,7 @@ def _dp_step(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
         model.lin1.weight.copy_(t["w1"])
         model.lin2.weight.copy_(t["w2"])
     optimizer = torch.optim.SGD(model.parameters(), lr=given.LR)
-    context = hub.TrustedContext(ws)
+    context = TrustedContext(ws)
     with torch.enable_grad():
         losses = [
             _float(fn(rank, ws, model, optimizer, t["x"], t["y"], context, epoch), "dp_step")
@@ -198,7 +199,7 @@ def _layer(name: str, backward: bool) -> Callable[[Any, dict[str, Any], Tensors]
     def body(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
         cls, _ = named(student, name)
         rank, ws = dist.get_rank(), dist.get_world_size()
-        layer = cls(params["in"], params["out"], rank, ws, hub.TrustedContext(ws))
+        layer = cls(params["in"], params["out"], rank, ws, TrustedContext(ws))
         weight = getattr(layer, "weight", None)
         if not isinstance(weight, torch.Tensor) or weight.shape != t["w"].shape:
             raise BadReturn(

@@ -1,4 +1,7 @@
-"""Rank side: the trusted ``DistributedContext`` a rank gets when it must hold only its own data.
+"""Rank side of HW12: the trusted ``DistributedContext`` a rank gets when it must hold only its own data.
+
+It is the handout's API (``all_gather(tensor, rank, group_id)``, ops ``'sum'`` and ``'mean'``), so it
+is the pack's, not the threads runtime's: the runtime runs threads, and the pack says what they call.
 
 The student's code sees the handout's interface (``all_gather(tensor, rank, group_id)``,
 ``all_reduce(tensor, rank, group_id, op)``, ``barrier.wait()``, ``world_size``); behind it every
