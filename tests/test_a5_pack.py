@@ -120,6 +120,11 @@ def test_a_q7_operation_is_judged_from_what_each_stage_posted_alone() -> None:
         "pipeline_communicate('recv_forward') on stage 1 of 3 returned without communicating: "
         "it must receive from stage 0",
     )
+    forged = {"posted": torch.tensor([10**12, IRECV, 0, 0, 10**12]), "returned": torch.tensor([RETURNED_POSTED])}
+    assert verdict(first, forged, third) == (  # an untrusted count is not believed: no endless loop
+        "wrong",
+        "pipeline_communicate('recv_forward') on stage 1 of 3 posted 5 operations: it must receive from stage 0, once",
+    )
     assert verdict(first, second, reply((ISEND, 1), returned=RETURNED_NONE)) == (
         "wrong",
         "pipeline_communicate('recv_forward') on stage 2 of 3 posted an isend to stage 1: it must receive from stage 1",

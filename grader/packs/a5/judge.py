@@ -88,11 +88,12 @@ def _schedule(case: Case, messages: list[tuple[int, int, int]] | None) -> Verdic
 
 
 def _posted(flat: list[int]) -> list[tuple[int, int, bool, list[int]]]:
-    """A Q7 reply's operations, (kind, peer, the tensor given, shape); what does not parse ends it."""
+    """A Q7 reply's operations, (kind, peer, the tensor given, shape).  A rank's reply is untrusted: no
+    count it states is believed beyond the numbers it sent."""
     values, ops = iter(flat[1:]), []
-    for _ in range(flat[0] if flat else 0):
+    for _ in range(min(flat[0], len(flat)) if flat else 0):
         kind, peer, given, ndim = (next(values, -1) for _ in range(4))
-        ops.append((kind, peer, given == 1, [next(values, -1) for _ in range(max(ndim, 0))]))
+        ops.append((kind, peer, given == 1, [next(values, -1) for _ in range(min(max(ndim, 0), len(flat)))]))
     return ops
 
 
