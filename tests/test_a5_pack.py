@@ -131,6 +131,18 @@ def test_a_q7_operation_is_judged_from_what_each_stage_posted_alone() -> None:
     )
 
 
+def test_a_forged_count_in_a_distribute_layers_reply_is_not_believed() -> None:
+    """A reply is untrusted: a stage that claims 10**12 layers is judged on the numbers it sent."""
+    import torch
+
+    from grader.pack import Prepared
+    from grader.packs.a5.judge import judge
+
+    case = next(c for c in load_pack("a5").cases_of("test_distribute_layers") if c.id == "even")
+    verdict = judge(case, Prepared([], []), [{"layers": torch.tensor([10**12, 0, 1])}], None)
+    assert verdict is not None and verdict[0] == "wrong", verdict
+
+
 def test_a_rank_compiles_a_program_once_runs_it_afresh_in_every_case_and_drops_it_for_the_next() -> None:
     """Every case of a question sends a rank the same program: each statement is compiled once, and
     each case's modules are its own (a class attribute a case changed is the starter's again in the

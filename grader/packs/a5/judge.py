@@ -38,11 +38,12 @@ def _assertions(case: Case, replies: list[dict[str, Any]]) -> Verdict:
 
 
 def _distribution(case: Case, replies: list[dict[str, Any]]) -> Verdict:
-    flat = iter(_flags(replies[0], "layers"))
+    numbers = _flags(replies[0], "layers")
+    flat = iter(numbers)
     for layers, stages in case.params["pairs"]:
         split = []
         for _ in range(stages):
-            count = next(flat, 0)
+            count = min(next(flat, 0), len(numbers))  # untrusted: no longer than what the rank sent
             split.append([next(flat, -1) for _ in range(count)])
         where = f"distribute_layers({layers} layers, {stages} stages)"
         joined = [i for stage in split for i in stage]
