@@ -69,7 +69,7 @@ def prepare(case: Case, salt: str) -> Prepared:
     if case.kind in ("q2", "q5"):
         return Prepared([{} for _ in range(ws)], [{} for _ in range(ws)])
     if case.kind == "q7":  # what a send is given; which operation each stage posts is judge's
-        gen = torch.Generator().manual_seed(_input_seed(case, salt))
+        gen = torch.Generator().manual_seed(int(seed))
         given = [{"tensor": torch.rand(p["shapes"], generator=gen)} for _ in range(ws)]
         return Prepared(given, [{} for _ in range(ws)], given[0]["tensor"].numel() * 4)
     w1, w2 = _weights(case, salt)

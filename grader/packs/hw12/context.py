@@ -1,10 +1,9 @@
 """Rank side of HW12: the trusted ``DistributedContext`` a rank gets when it must hold only its own data.
 
-It is the handout's API (``all_gather(tensor, rank, group_id)``, ops ``'sum'`` and ``'mean'``), so it
-is the pack's, not the threads runtime's: the runtime runs threads, and the pack says what they call.
-
 The student's code sees the handout's interface (``all_gather(tensor, rank, group_id)``,
-``all_reduce(tensor, rank, group_id, op)``, ``barrier.wait()``, ``world_size``); behind it every
+``all_reduce(tensor, rank, group_id, op)`` with ops ``'sum'`` and ``'mean'``, ``barrier.wait()``,
+``world_size``): the assignment's API, so this module is the pack's, not the threads runtime's
+(which runs threads and says what hung).  Behind that interface every
 rank is its own process and a collective is a torch.distributed collective between them, which the
 session measures on the wire like any other (the rubric's ``policy.allow`` names them).  Nothing of
 another rank is in this process: its shard, its rows and its inputs stay in its own heap.
