@@ -147,10 +147,10 @@ def test_workers_fork_from_a_torch_loaded_server_only_on_linux(system: str, meth
 def test_portable_layers_name_every_layer_the_full_sandbox_reports_and_say_advisory(method: str) -> None:
     layers = Isolation("portable", "no os.fork on this platform").layers(method)
     assert f"({method})" in layers["zygote"] and "scrubbed environment" in layers["zygote"]
-    assert set(layers) | {"audit_hooks"} == FULL_LAYERS | {"runtime"}  # audit hooks: the ranks report them
+    assert set(layers) | {"audit_hooks"} == FULL_LAYERS | {"mode"}  # audit hooks: the ranks report them
     off = {name for name, state in layers.items() if state.startswith("off: ")}
     assert off == set(layers) - {"zygote"}
-    assert "the instructor's run is the grade of record" in layers["runtime"]
+    assert "the instructor's run is the grade of record" in layers["mode"]
     assert "ranks' own records" in layers["measured_traffic"]
 
 
@@ -347,7 +347,7 @@ def _verdicts(
         only=only,
         isolation="portable",
     )
-    assert json.loads((tmp_path / "work" / "isolation.json").read_text())["runtime"].startswith("off: portable")
+    assert json.loads((tmp_path / "work" / "isolation.json").read_text())["mode"].startswith("off: portable")
     return {name: (case.verdict.value, case.message) for name, case in read_junit(run.junit).items()}
 
 
@@ -400,8 +400,8 @@ A9_TREES = [("reference/a9", 105), ("student_template/a9", 0)]  # the naive refe
 def test_portable_grades_honest_a9_trees_as_the_full_sandbox_does(tree: str, total: float) -> None:
     result = grade(REPO / tree, isolation="portable")
     assert result.score == total
-    assert result.isolation["runtime"].startswith("off: portable runtime (--isolation portable)")
-    assert "the instructor's run is the grade of record" in result.isolation["runtime"]
+    assert result.isolation["mode"].startswith("off: portable runtime (--isolation portable)")
+    assert "the instructor's run is the grade of record" in result.isolation["mode"]
 
 
 @pytest.mark.slow
@@ -435,5 +435,5 @@ def test_portable_gives_every_fidelity_entry_the_full_sandboxs_verdicts(
     them (its grading is the one ``test_fidelity_corpus`` checked, when it ran in this session)."""
     full = fidelity.Record.of(full_grades.get(name, tmp_path))
     portable_result = fidelity.grade_entry(name, tmp_path / "portable", isolation="portable")
-    assert portable_result.isolation["runtime"].startswith("off: portable runtime")
+    assert portable_result.isolation["mode"].startswith("off: portable runtime")
     assert full.differences(fidelity.Record.of(portable_result)) == {}, "(full, portable)"

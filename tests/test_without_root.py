@@ -67,7 +67,7 @@ graded = {}
 with keep_spare():
     for name, path in zip(sys.argv[2::2], sys.argv[3::2]):
         result = grade(path, load_pack(pack_of(name)).rubric)
-        graded[name] = {"runtime": result.isolation["runtime"], **dataclasses.asdict(Record.of(result))}
+        graded[name] = {"mode": result.isolation["mode"], **dataclasses.asdict(Record.of(result))}
 open(sys.argv[1], "w").write(json.dumps(graded))
 """
 
@@ -93,7 +93,7 @@ def test_rootless_gives_every_fidelity_entry_the_full_sandboxs_verdicts(
     assert sorted(graded) == names
     differ = {}
     for name in names:
-        assert graded[name]["runtime"] == "on: rootless (an unprivileged user namespace)", name
+        assert graded[name]["mode"] == "on: rootless (an unprivileged user namespace)", name
         full = fidelity.Record.of(full_grades.get(name, tmp_path))
         differ[name] = full.differences(fidelity.Record.from_json(graded[name]))
     assert {name: d for name, d in differ.items() if d} == {}, "(full, rootless)"
@@ -103,7 +103,7 @@ def assert_rootless(result: dict[str, object]) -> None:
     """The rootless layers, exactly: what is on, what is off and why, and the traffic measured."""
     layers = result["isolation"]
     assert isinstance(layers, dict)
-    assert layers["runtime"] == "on: rootless (an unprivileged user namespace)"
+    assert layers["mode"] == "on: rootless (an unprivileged user namespace)"
     assert layers["uid"] == "off: a rootless user namespace maps one uid (a uid per rank needs root)"
     assert layers["cgroup"].startswith("off: needs root")
     on = ("zygote", "salt", "pid_namespace", "network", "measured_traffic", "filesystem", "ipc", "seccomp")

@@ -53,7 +53,7 @@ class Host:
 @dataclass(frozen=True)
 class Isolation:
     """The isolation a session uses: ``full`` (root), ``rootless`` (a user namespace) or ``portable``.
-    Its ``runtime`` layer (:meth:`layers`) says which, in ``results.json``."""
+    Its ``mode`` layer (:meth:`layers`) says which, in ``results.json``."""
 
     name: str
     why: str
@@ -75,14 +75,14 @@ class Isolation:
     def layers(self, method: str = "") -> dict[str, str]:
         """What the session reports beside the groups' own layers (``method``: :func:`start_method`'s)."""
         if not self.portable:
-            return {"runtime": f"on: {self.name} ({self.why})"}
+            return {"mode": f"on: {self.name} ({self.why})"}
         off = "off: portable runtime"
         started = {
             "forkserver": "forked from a fresh interpreter that imported only torch and the rank runtime (forkserver)",
             "spawn": "a fresh interpreter (spawn)",
         }[method or start_method()]
         return {
-            "runtime": f"off: portable runtime ({self.why}): {ADVISORY}",
+            "mode": f"off: portable runtime ({self.why}): {ADVISORY}",
             "zygote": f"on: every rank is {started}, with a scrubbed environment",
             "pid_namespace": off,
             "cgroup": off,
