@@ -33,6 +33,7 @@ from typing import Any
 
 from grader.errors import UserError
 from grader.runtimes import BadReturn as BadReturn  # re-exported: the contract in one place
+from grader.runtimes import RankSide
 from grader.runtimes import StuckThreads as StuckThreads
 
 PACKS = "grader.packs"
@@ -261,6 +262,8 @@ class AssignmentPack:
     #: whether a rank imports a case's student module before the case: False for a hand-in whose module
     #: level must never run (A4's script starts NCCL on GPUs); its bodies read definitions out of the source
     imports: bool = True
+    #: the runtime its ranks run on (``grader.runtimes.RANK_MODULES``): "torchdist", or "threads", whose
+    #: harness every rank of the pack then imports before its bodies
     runtime: str = "torchdist"
     diagram: Diagram | None = None
     handoffs: Mapping[str, Handoff] = field(default_factory=dict)  # kind -> its two steps (see Handoff)
@@ -294,6 +297,11 @@ class AssignmentPack:
     #: ``compared`` takes out of it), a file is taken whole
     starter: tuple[Path, ...] = ()
     search_path: tuple[str, ...] = ()  # where a pack found by module path was imported from
+
+    @property
+    def rank_side(self) -> RankSide:
+        """What its ranks import, by name: the runtime's rank-side modules, the bodies, and where they live."""
+        return RankSide(self.bodies, self.runtime, self.search_path)
 
     def case_params(self, case: Case, root: Path) -> dict[str, Any]:
         """What a case's ranks are told: its params, and what ``case_data`` makes of the submission."""

@@ -220,9 +220,9 @@ def _session(
     }
     with contextlib.ExitStack() as stack:
         if host is not None:
-            host = host.for_pack(pack.bodies, list(pack.search_path))
+            host = host.for_pack(pack.rank_side)
             stack.callback(host.close)
-            host.preload(pack.bodies, list(pack.search_path))
+            host.preload(pack.rank_side)
             proc, log = host.begin(args, env, str(home)), host.log
         else:
             log = stack.enter_context(tempfile.TemporaryFile())

@@ -186,8 +186,8 @@ def test_a_rank_holds_no_session_module_and_no_answer_of_the_grader() -> None:
     assert marker in answers
     code = (
         "import gc, json, sys\n"
-        "from grader.runtimes.torchdist import zygote\n"
-        "zygote.preload('grader.packs.a5.bodies')\n"
+        "from grader.runtimes import RankSide\nfrom grader.runtimes.torchdist import zygote\n"
+        "zygote.preload(RankSide('grader.packs.a5.bodies', 'torchdist'))\n"
         "gc.unfreeze()\n"  # the zygote froze its objects, which hides them from gc.get_objects: see every one
         "def texts(o):\n"  # the strings a container or an object's attributes hold
         "    try:\n"

@@ -18,12 +18,14 @@ import sys
 
 import pytest
 
+from grader.pack import load_pack
 from grader.runtimes.torchdist.zygote import scrubbed_environment
 
 pytestmark = pytest.mark.slow  # each pack's rank and session imports, torch._dynamo's too: about 20 s
 
 PACKS = ("a9", "a4", "hw12", "a5")
 FAKE_CORES = 64
+SIDES = json.dumps({pack: load_pack(pack).rank_side.to_json() for pack in PACKS})  # what each pack's zygote is told
 
 DRIVER = f"""
 import json, os, sys, threading
@@ -42,10 +44,11 @@ torch.cuda._raw_device_count_nvml = lambda: 1
 torch._C._cuda_getDeviceCount = record("cuInit", 1)
 torch.cuda._lazy_init = record("CUDA context", None)
 torch._C._cuda_getCurrentRawStream = record("CUDA stream", 0)  # a CUDA build's, imported by torch._dynamo
+from grader.runtimes import RankSide
 from grader.runtimes.torchdist import zygote
 zygote.preload_runtime()
 for pack in sys.argv[1:]:
-    zygote.preload_pack(f"grader.packs.{{pack}}.bodies")
+    zygote.preload_pack(RankSide.from_json(json.loads({SIDES!r})[pack]))
     __import__(f"grader.packs.{{pack}}.expected")
 for thread in threading.enumerate():
     if thread is not threading.current_thread():

@@ -40,8 +40,8 @@ def test_every_case_id_names_its_handout_part_and_an_item_of_the_rubric() -> Non
 def test_a_rank_of_hw12_holds_no_catalog_and_no_expected_value() -> None:
     code = (
         "import json, sys\n"
-        "from grader.runtimes.torchdist import zygote\n"
-        f"zygote.preload({PACK.bodies!r})\n"
+        "from grader.runtimes import RankSide\nfrom grader.runtimes.torchdist import zygote\n"
+        f"zygote.preload({PACK.rank_side!r})\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('grader.packs.hw12'))))\n"
     )
     done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True, cwd="/")

@@ -254,7 +254,7 @@ def test_spawned_workers_as_on_macos_and_windows_join_a_group_run_a_case_and_ser
     pack = load_pack("a9")
     sandbox = tmp_path / "sandbox"
     shutil.copytree(REPO / "reference" / "a9", sandbox)
-    pool = portable.WorkerPool(2, sandbox, pack.bodies, pack.search_path, student_config(pack, {}), method="spawn")
+    pool = portable.WorkerPool(2, sandbox, pack.rank_side, student_config(pack, {}), method="spawn")
     workers = list(pool.idle)
     try:
         assert len(workers) == 2
@@ -283,7 +283,7 @@ def test_a_closed_fork_server_pool_leaves_no_directory_of_multiprocessing_behind
     pack = load_pack("a9")
     sandbox = tmp_path / "sandbox"
     shutil.copytree(REPO / "reference" / "a9", sandbox)
-    pool = portable.WorkerPool(2, sandbox, pack.bodies, pack.search_path, student_config(pack, {}), method="forkserver")
+    pool = portable.WorkerPool(2, sandbox, pack.rank_side, student_config(pack, {}), method="forkserver")
     try:
         with PortableGroup(2, Limits(), pool) as group:
             run = group.run_case({"op": "calibrate"}, [{"x": torch.ones(8)}] * 2, 60.0)

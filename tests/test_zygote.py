@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -13,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from grader.pack import load_pack
+from grader.runtimes import RANK_MODULES
 from grader.runtimes.torchdist.session import Zygote
 from grader.runtimes.torchdist.zygote import scrubbed_environment
 from grader.salt import SALT_ENV
 from tests.processes import descendants
 
-BODIES = load_pack("a9").bodies
+SIDE = load_pack("a9").rank_side
 REPO = Path(__file__).resolve().parents[1]
 
 #: The only grader modules a rank process may hold: the rank runtime and the pack's rank-side bodies.
@@ -63,14 +65,30 @@ def test_zygote_holds_only_the_rank_runtime(host: bool) -> None:
     code = (
         "import json, sys\n"
         + ("import grader.matrix.host\n" if host else "")
-        + "from grader.runtimes.torchdist import zygote\n"
-        f"zygote.preload({BODIES!r})\n"
+        + "from grader.runtimes import RankSide\nfrom grader.runtimes.torchdist import zygote\n"
+        f"zygote.preload({SIDE!r})\n"
         "print(json.dumps(sorted(m for m in sys.modules if m == 'grader' or m.startswith('grader.'))))\n"
     )
     done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True, cwd="/")
     loaded = set(json.loads(done.stdout))
     assert loaded == RANK_RUNTIME | (HOST if host else set())
     assert "grader.packs.a9.expected" not in loaded and "grader.packs.a9.catalog" not in loaded
+
+
+@pytest.mark.parametrize("runtime", sorted(RANK_MODULES))
+def test_a_packs_runtime_decides_what_its_ranks_hold_besides_its_bodies(runtime: str) -> None:
+    """The pack's runtime, not its bodies, puts the runtime's rank-side modules in the zygote: A9's
+    bodies told the threads runtime hold the harness, told torchdist they do not."""
+    side = dataclasses.replace(SIDE, runtime=runtime)
+    code = (
+        "import json, sys\nfrom grader.runtimes import RankSide\nfrom grader.runtimes.torchdist import zygote\n"
+        f"zygote.preload({side!r})\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('grader.runtimes.'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    loaded = set(json.loads(done.stdout))
+    assert set(RANK_MODULES[runtime]) <= loaded
+    assert ("grader.runtimes.threads.harness" in loaded) == (runtime == "threads")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux sandbox's zygote")
@@ -140,7 +158,7 @@ def _memory_holds(pid: int, needle: bytes) -> bool:
 @pytest.fixture
 def zygote(monkeypatch: pytest.MonkeyPatch) -> Zygote:
     monkeypatch.setenv(SALT_ENV, "the instructor's secret")
-    z = Zygote.start(BODIES)
+    z = Zygote.start(SIDE)
     yield z
     z.close()
 
@@ -156,8 +174,8 @@ def test_zygote_dies_with_its_session() -> None:
     """The session's death (however it comes) ends the zygote, and with it every group's leader."""
     code = (
         "import sys, time\n"
-        "from grader.runtimes.torchdist.session import Zygote\n"
-        f"z = Zygote.start({BODIES!r}); z.wait_ready(); print(z.pid, flush=True); time.sleep(600)\n"
+        "from grader.runtimes import RankSide\nfrom grader.runtimes.torchdist.session import Zygote\n"
+        f"z = Zygote.start({SIDE!r}); z.wait_ready(); print(z.pid, flush=True); time.sleep(600)\n"
     )
     session = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert session.stdout is not None

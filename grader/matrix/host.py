@@ -8,7 +8,7 @@ The process starts in the zygote's scrubbed environment and:
 
 1. imports what every rank needs whatever the pack, torch and the rank runtime
    (``zygote.preload_runtime``);
-2. reads the pack's rank-side module from the runner's pipe (:meth:`Host.preload`) and imports it;
+2. reads the pack's rank side from the runner's pipe (:meth:`Host.preload`) and imports it;
 3. forks.  The child is the zygote (``grader.runtimes.torchdist.zygote.serve``), with the memory of a
    process that has been told nothing but the pack's name, exactly as when it was a process of its
    own;
@@ -38,6 +38,8 @@ import threading
 from collections.abc import Iterator
 from typing import IO, Any
 
+from grader.runtimes import RankSide
+
 MAX_REQUEST = 1 << 20
 
 
@@ -49,7 +51,7 @@ class Host:
         self.proc = proc
         self.log = log  # the host's and then the session's output: an unnamed file, gone when closed
         self.env = env  # what it started with: a spare started under another environment is not taken
-        self.told: tuple[str, list[str]] | None = None  # the pack it preloads (:meth:`preload`)
+        self.told: RankSide | None = None  # the pack it preloads (:meth:`preload`)
         self._control: int | None = control  # the pipe's write end; None once the request is sent
 
     @classmethod
@@ -87,22 +89,23 @@ class Host:
             os.close(control)
         return cls(proc, request, log, env)
 
-    def preload(self, bodies: str, path: list[str]) -> None:
-        """The pack's rank-side module, and where a pack that is not installed lives: the zygote is
-        forked once they are imported.  Nothing of the grading but the pack's name crosses here.  A
-        spare kept for the next grading is told the same pack now (it is likely the next one's)."""
-        if self.told is not None and self.told != (bodies, path):
-            raise ValueError(f"this host was told {self.told[0]} already")
+    def preload(self, side: RankSide) -> None:
+        """The pack's rank side (its runtime's modules, its bodies, where a pack that is not installed
+        lives): the zygote is forked once they are imported.  Nothing of the grading but the pack's name
+        crosses here.  A spare kept for the next grading is told the same pack now (it is likely the
+        next one's)."""
+        if self.told is not None and self.told != side:
+            raise ValueError(f"this host was told {self.told.bodies} already")
         if self.told is None:  # else a spare, told when the grading before preloaded it
-            self.told = (bodies, path)
-            self._send(json.dumps({"bodies": bodies, "path": path}).encode() + b"\n")
+            self.told = side
+            self._send(json.dumps(side.to_json()).encode() + b"\n")
         if self is not _SPARE.spare():
-            _SPARE.expect(bodies, path)
+            _SPARE.expect(side)
 
-    def for_pack(self, bodies: str, path: list[str]) -> Host:
+    def for_pack(self, side: RankSide) -> Host:
         """This host, or a new one in its place (this one closed) when it was told another pack: a spare
         told the pack of the grading before."""
-        if self.told in (None, (bodies, path)):
+        if self.told in (None, side):
             return self
         self.close()
         return Host.start()
@@ -146,7 +149,7 @@ class _Spare:
         self._lock = threading.Lock()
         self._wanted: list[tuple[bool, bool]] = []  # keep_spare's blocks (on, one_pack), innermost last: it decides
         self._host: Host | None = None
-        self._last: tuple[str, list[str]] | None = None  # the pack the last grading preloaded
+        self._last: RankSide | None = None  # the pack the last grading preloaded
 
     def take(self) -> Host:
         from grader.runtimes.torchdist.zygote import scrubbed_environment
@@ -166,17 +169,17 @@ class _Spare:
         with self._lock:
             return self._host
 
-    def expect(self, bodies: str, path: list[str]) -> None:
+    def expect(self, side: RankSide) -> None:
         """A grading preloads this pack: when the grading before did too, or the block says every grading
         is of one pack (a watch loop's), the spare (not yet told anything) is told it now, so its zygote
         is ready if the next grading is of the same pack again (a test module's), and replaced when it is
         not.  Packs that alternate leave it untold: a spare told the wrong pack is worth nothing."""
         with self._lock:
             one_pack = bool(self._wanted) and self._wanted[-1][1]
-            again, self._last = one_pack or self._last == (bodies, path), (bodies, path)
+            again, self._last = one_pack or self._last == side, side
             spare = self._host if again and self._host is not None and self._host.told is None else None
         if spare is not None:
-            spare.preload(bodies, path)
+            spare.preload(side)
 
     @contextlib.contextmanager
     def kept(self, on: bool, one_pack: bool) -> Iterator[None]:
@@ -227,9 +230,8 @@ def main() -> None:
     die_with_parent(args.runner, signal.SIGKILL)
     zygote.preload_runtime()
     control = os.fdopen(args.control, "rb")
-    bodies, path = _preface(control)
-    sys.path[:0] = path
-    zygote.preload_pack(bodies)
+    side = _preface(control)
+    zygote.preload_pack(side)
     session, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     host = os.getpid()
     pid = os.fork()
@@ -237,7 +239,7 @@ def main() -> None:
         session.close()
         control.close()
         die_with_parent(host, signal.SIGKILL)
-        zygote.serve(theirs, bodies)  # never returns
+        zygote.serve(theirs, side.bodies)  # never returns
     theirs.close()
     heap.keep_freed(heap.SESSION_TRIM)  # the session, not its zygote, which keeps less
     argv, env, cwd = _request(control)
@@ -251,13 +253,12 @@ def main() -> None:
     raise SystemExit(pytest.console_main())
 
 
-def _preface(control: IO[bytes]) -> tuple[str, list[str]]:
-    """The runner's first line, ``{"bodies": "...", "path": [...]}``: the pack the zygote preloads."""
+def _preface(control: IO[bytes]) -> RankSide:
+    """The runner's first line, ``RankSide.to_json``: the pack the zygote preloads."""
     line = control.readline(MAX_REQUEST)
     if not line.endswith(b"\n"):
         raise SystemExit("the runner sent no pack")  # it closed the pipe: this host was not needed
-    preface = json.loads(line)
-    return str(preface["bodies"]), [str(p) for p in preface["path"]]
+    return RankSide.from_json(json.loads(line))
 
 
 def _request(control: IO[bytes]) -> tuple[list[str], dict[str, str], str]:

@@ -93,9 +93,7 @@ class MatrixSession:
 
             method = mode.start_method()
             capacity = portable.pool_capacity(self.pack.cases(), set(config.skip), set(self.pack.handoffs), method)
-            self.pool = portable.WorkerPool(
-                capacity, self.sandbox, self.pack.bodies, self.pack.search_path, self.student, method
-            )
+            self.pool = portable.WorkerPool(capacity, self.sandbox, self.pack.rank_side, self.student, method)
         else:
             self.zygote = Zygote.forked()  # by this process's host, before it was the session
             self.sandboxing = Sandboxing.for_this_process(

@@ -11,6 +11,8 @@ ranks in processes of their own behind a trusted context, on torchdist's process
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 #: ``grader grade --isolation``: how the torchdist runtime starts its ranks (``torchdist.mode.decide``).
 ISOLATION_MODES = ("auto", "full", "portable")
 
@@ -25,8 +27,42 @@ class StuckThreads(Exception):
     by the threads runtime's harness, the case's ``hang`` verdict with this message."""
 
 
-#: The runtimes this grader has.
-AVAILABLE = frozenset({"torchdist", "threads"})
+#: The runtimes this grader has -> what each puts in a rank before its pack's bodies.  Every runtime runs
+#: on torchdist's process machinery (the zygote, rank groups, the sandbox), which every rank imports; the
+#: threads runtime adds the harness its packs' student threads run in.
+RANK_MODULES: dict[str, tuple[str, ...]] = {
+    "torchdist": (),
+    "threads": ("grader.runtimes.threads.harness",),
+}
+AVAILABLE = frozenset(RANK_MODULES)
+
+
+@dataclass(frozen=True)
+class RankSide:
+    """What a pack's rank processes import before any student code, by name: the zygote, the session's
+    host and the portable workers are told this (``AssignmentPack.rank_side``), never the pack's
+    session-side module, so no catalog or expected value reaches a rank."""
+
+    bodies: str  # the pack's rank-side module: BODIES, kind -> body
+    runtime: str  # AssignmentPack.runtime: its RANK_MODULES are imported first
+    path: tuple[str, ...] = ()  # where a pack that is not installed lives
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """In import order: the runtime's rank-side modules, then the pack's bodies."""
+        return (*RANK_MODULES[self.runtime], self.bodies)
+
+    def to_json(self) -> dict[str, object]:
+        return {"bodies": self.bodies, "runtime": self.runtime, "path": list(self.path)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> RankSide:
+        """From the runner, a trusted process (``grader.matrix.host``); a runtime it does not know is a bug."""
+        path = data["path"]
+        assert isinstance(path, list)
+        side = cls(str(data["bodies"]), str(data["runtime"]), tuple(str(p) for p in path))
+        assert side.runtime in RANK_MODULES, side.runtime
+        return side
 
 
 def require(runtime: str, pack: str) -> None:

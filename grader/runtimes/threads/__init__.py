@@ -1,7 +1,9 @@
 """The threads runtime: student code that simulates a distributed backend with Python threads
 (HW12's ``DistributedContext``), graded in sandboxed processes.
 
-It adds one rank-side piece to the process machinery it shares with ``torchdist`` (the zygote,
+A pack names it (``AssignmentPack.runtime = "threads"``), and its ranks then import this runtime's
+rank-side module before the pack's bodies (``grader.runtimes.RANK_MODULES``).  It adds that one
+rank-side piece to the process machinery it shares with ``torchdist`` (the zygote,
 rank groups, every ``grader.sandbox`` layer, the wire and the session's verdicts): ``harness``, which
 runs a case's N student threads inside one rank process, with a seeded arrival order, and turns a
 deadlock or a thread left running into a ``hang`` that names each stuck thread's line (the process

@@ -85,7 +85,7 @@ def run_ours(
     isolation |= {"file_size_mb": limits.file_size_mb, "allow_read": [str(p) for p in default_allow_read()]}
     isolation["hide"] = [str(p) for p in default_hide()]
     student = student_config(pack, policy)
-    zygote = Zygote.start(pack.bodies, pack.search_path)
+    zygote = Zygote.start(pack.rank_side)
     zygote.wait_ready()  # once per grading, like the session's own torch import: not a per-case cost
     sandboxing = Sandboxing.for_this_process(isolation)
     t0 = time.monotonic()

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from grader.runtimes import RankSide
 from grader.runtimes.torchdist.mode import start_method
 from grader.runtimes.torchdist.portable_rank import LOOPBACK, WorkerSetup, main
 from grader.runtimes.torchdist.zygote import NUMERICS_ENV
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 #: Environment a spawned rank keeps: what Python and the OS need to start, nothing of the grader's.
 KEEP_ENV = ("PATH", "SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "TEMP", "TMP", "LANG", "LC_ALL", "PATHEXT", "COMSPEC")
 SPAWN_S = 90.0  # added to a group's start budget while a worker still imports torch (a loaded laptop)
-#: What a forked worker would otherwise import first, the pack's rank-side module aside.
+#: What a forked worker would otherwise import first, the pack's rank side (``RankSide.modules``) aside.
 FORKSERVER_PRELOAD = ("torch", "torch.distributed", "grader.runtimes.torchdist.rank", "grader.sandbox.wire")
 
 
@@ -107,13 +108,12 @@ class WorkerPool:
         self,
         capacity: int,
         sandbox: Path,
-        bodies: str,
-        search_path: tuple[str, ...],
+        side: RankSide,
         student: dict[str, Any],
         method: str = "",
     ):
         self.capacity = capacity
-        self.setup = WorkerSetup(str(sandbox), bodies, search_path, student)
+        self.setup = WorkerSetup(str(sandbox), side, student)
         self.method = method or start_method()
         self.context: Any = multiprocessing.get_context(self.method)  # a spawn or forkserver context
         self.idle: list[Worker] = []
@@ -121,7 +121,7 @@ class WorkerPool:
         self.spawned = 0  # workers started over the session
         with _scrubbed_environment():
             if self.method == "forkserver":
-                self.context.set_forkserver_preload([*FORKSERVER_PRELOAD, bodies])
+                self.context.set_forkserver_preload([*FORKSERVER_PRELOAD, *side.modules])
                 multiprocessing.forkserver.ensure_running()  # starts the server; does not wait for it
             else:
                 self.idle = [self._spawn() for _ in range(capacity)]

@@ -36,6 +36,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from grader.runtimes import RankSide
 from grader.sandbox.status import StatusSlot
 
 #: The loopback interface Gloo is told to use, by platform (Windows: Gloo's libuv transport picks it).
@@ -51,8 +52,7 @@ class WorkerSetup:
     clean serves the next group (see ``portable.WorkerPool``)."""
 
     sandbox: str
-    bodies: str  # the pack's rank-side module
-    search_path: tuple[str, ...]  # where a pack that is not installed lives
+    side: RankSide  # what the pack's ranks import
     student: dict[str, Any]  # rank.StudentConfig fields
 
 
@@ -132,18 +132,20 @@ def _watchdog(watch: Any, status: WatchedStatus, dump: Any) -> None:
 
 
 def _serve(setup: WorkerSetup, channel: Any, watch: Any) -> None:
-    sys.path[:0] = list(setup.search_path)
+    sys.path[:0] = list(setup.side.path)
     import importlib
 
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    bodies = importlib.import_module(setup.bodies)
+    for module in setup.side.modules:  # the runtime's, then the pack's bodies
+        importlib.import_module(module)
+    bodies = sys.modules[setup.side.bodies]
     from grader.runtimes.torchdist import guard, rank
     from grader.sandbox import audit, wire
 
-    audit.preload(setup.bodies)
+    audit.preload(setup.side.bodies)
     rank.preload()
     status = WatchedStatus()
     dump = tempfile.TemporaryFile()  # noqa: SIM115 - the watchdog's, for the process's life

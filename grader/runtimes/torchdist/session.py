@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from grader.pack import AssignmentPack
+from grader.runtimes import RankSide
 from grader.runtimes.torchdist.zygote import ZYGOTE_ENV, GroupRequest, scrubbed_environment
 from grader.sandbox.cgroups import Cgroups
 from grader.sandbox.slots import Slot
@@ -93,14 +94,14 @@ class Zygote:
         return cls(socket.socket(fileno=int(fd)), int(pid))
 
     @classmethod
-    def start(cls, bodies: str, search_path: tuple[str, ...] = ()) -> Zygote:
-        """A zygote of its own: a fresh interpreter, with a scrubbed environment, that imports the pack's
-        rank-side module ``bodies`` (``search_path``: where a pack that is not installed lives; the
-        zygote runs with ``-I``, so nothing else is on its path)."""
+    def start(cls, side: RankSide) -> Zygote:
+        """A zygote of its own: a fresh interpreter, with a scrubbed environment, that imports a pack's
+        rank side (its ``path`` is where a pack that is not installed lives; the zygote runs with
+        ``-I``, so nothing else is on its path)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         cmd = [sys.executable, "-I", "-m", "grader.runtimes.torchdist.zygote", "--parent", str(os.getpid())]
-        cmd += ["--socket", str(theirs.fileno()), "--bodies", bodies]
-        cmd += [f"--path={path}" for path in search_path]
+        cmd += ["--socket", str(theirs.fileno()), "--bodies", side.bodies, "--runtime", side.runtime]
+        cmd += [f"--path={path}" for path in side.path]
         env = scrubbed_environment()
         proc = subprocess.Popen(cmd, env=env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, cwd="/")
         theirs.close()

@@ -41,6 +41,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from grader.runtimes import RANK_MODULES, RankSide
 from grader.runtimes.torchdist import heap
 
 MAX_REQUEST = 1 << 16
@@ -109,14 +110,15 @@ def main() -> None:
     parser.add_argument("--parent", type=int, required=True)
     parser.add_argument("--socket", type=int, required=True)
     parser.add_argument("--bodies", required=True, help="the pack's rank-side module, e.g. grader.packs.a9.bodies")
+    parser.add_argument("--runtime", required=True, choices=sorted(RANK_MODULES), help="the pack's runtime")
     parser.add_argument("--path", action="append", default=[], help="where a pack that is not installed lives")
     args = parser.parse_args()
     from grader.sandbox.parent import die_with_parent
 
     die_with_parent(args.parent, signal.SIGKILL)
-    sys.path[:0] = args.path
-    preload(args.bodies)
-    serve(socket.socket(fileno=args.socket), args.bodies)
+    side = RankSide(args.bodies, args.runtime, tuple(args.path))
+    preload(side)
+    serve(socket.socket(fileno=args.socket), side.bodies)
 
 
 def preload_runtime() -> None:
@@ -135,18 +137,21 @@ def preload_runtime() -> None:
     rank.preload()
 
 
-def preload(bodies: str) -> None:
+def preload(side: RankSide) -> None:
     """Everything a rank needs, imported once here so that forked ranks share it (copy on write)."""
     preload_runtime()
-    preload_pack(bodies)
+    preload_pack(side)
 
 
-def preload_pack(bodies: str) -> None:
-    """The rest of :func:`preload`, once the runtime is: the pack's rank-side module ``bodies``."""
-    importlib.import_module(bodies)
+def preload_pack(side: RankSide) -> None:
+    """The rest of :func:`preload`, once the runtime is: what the pack's runtime adds to a rank, then
+    the pack's rank-side module, from where a pack that is not installed lives (``side.path``)."""
+    sys.path[:0] = [p for p in side.path if p not in sys.path]
+    for module in side.modules:
+        importlib.import_module(module)
     from grader.sandbox import audit
 
-    audit.preload(bodies)
+    audit.preload(side.bodies)
     # Every object so far lives as long as the zygote: frozen, no rank's collection walks them and
     # copies the pages they are on (A9: 2.5% fewer page faults in its ranks, about 170 a rank).  Not
     # collected first: that walk of torch's whole heap took 90 ms, and what garbage it would free is small.
