@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grader.batch.roster import Student, load_roster
 from grader.errors import UserError
@@ -14,6 +15,9 @@ from grader.render.outputs import write_text
 from grader.render.similarity import HTML_NAME, MAX_VIEWS, Nearest, Shared, render_csv, render_html, view_anchor
 from grader.rubric import Rubric, load_rubric
 from grader.similarity import COMMON, FLOOR, require
+
+if TYPE_CHECKING:
+    from grader.similarity.fingerprints import Fingerprint
 
 CSV_NAME = "similarity.csv"
 
@@ -42,6 +46,38 @@ class SimilarityReport:
         return found
 
 
+@dataclass(frozen=True)
+class Fingerprinted:
+    """One student's graded code fingerprinted, or why there is nothing of theirs to compare."""
+
+    found: Fingerprint | None
+    problem: str = ""
+
+
+#: the problem of a student whose every fingerprint is the starter's or the boilerplate's
+STARTER_ONLY = "nothing but the starter: no code of their own to compare"
+
+
+def judged(found: Fingerprint) -> Fingerprinted:
+    """A fingerprint, or the starter-only problem when nothing of it is the student's own."""
+    return Fingerprinted(found) if found.positions else Fingerprinted(None, STARTER_ONLY)
+
+
+def fingerprint_student(
+    student: str, source: str, pack: AssignmentPack, rubric: Rubric, never: frozenset[int]
+) -> Fingerprinted:
+    """Take one student's graded code and fingerprint it, ``never`` (the starter's k-grams) left out: the
+    one way a student is fingerprinted, on the client and on a Dask worker (``grader.similarity.remote``)."""
+    from grader.similarity import extract, fingerprints
+
+    taken = extract.take_graded_code(student, source, pack, rubric)
+    if taken.problem:
+        return Fingerprinted(None, taken.problem)
+    return judged(
+        fingerprints.fingerprint([f"# {_one_line(p.label)}\n{p.source.rstrip()}\n\n" for p in taken.pieces], never)
+    )
+
+
 def compare_class(
     students: Sequence[Student],
     pack: AssignmentPack,
@@ -49,8 +85,10 @@ def compare_class(
     boilerplate: Sequence[Path] = (),
     floor: float = FLOOR,
     common: int = COMMON,
+    done: Mapping[str, Fingerprinted] | None = None,
 ) -> SimilarityReport:
-    """Take every student's graded code, fingerprint each once, and score the pairs that share code."""
+    """Fingerprint every student once (but those ``done`` already, on the workers that graded them) and
+    score the pairs that share code."""
     require()
     from grader.similarity import extract, fingerprints
 
@@ -58,20 +96,17 @@ def compare_class(
         raise UserError("--floor is a similarity, between 0 and 1")
     if common < 2:
         raise UserError("--common must be at least 2: code two students share is what the check looks for")
-    never = fingerprints.never_evidence(piece.source for piece in extract.starter_code(pack, boilerplate))
-    documents: dict[str, list[str]] = {}
-    problems: dict[str, str] = {}
-    for student in students:
-        taken = extract.take_graded_code(student.name, student.source, pack, rubric)
-        if taken.problem:
-            problems[student.name] = taken.problem
-        else:
-            documents[student.name] = [f"# {_one_line(p.label)}\n{p.source.rstrip()}\n\n" for p in taken.pieces]
-    names = list(documents)
-    found = [fingerprints.fingerprint(documents[name], never) for name in names]
-    for name, document in zip(names, found, strict=True):
-        if not document.positions:
-            problems[name] = "nothing but the starter: no code of their own to compare"
+    done = done or {}
+    never: frozenset[int] = frozenset()
+    if any(student.name not in done for student in students):
+        never = fingerprints.never_evidence(piece.source for piece in extract.starter_code(pack, boilerplate))
+    each = {
+        s.name: done[s.name] if s.name in done else fingerprint_student(s.name, s.source, pack, rubric, never)
+        for s in students
+    }
+    problems = {name: one.problem for name, one in each.items() if one.found is None}
+    names = [name for name, one in each.items() if one.found is not None]
+    found = [one.found for one in each.values() if one.found is not None]
     scored = fingerprints.similar_pairs(found, common)
     pairs = sorted(
         (
@@ -89,7 +124,7 @@ def compare_class(
         ),
         key=lambda s: (-s.similarity, s.student_a, s.student_b),
     )
-    return SimilarityReport(pairs, [n for n in names if n not in problems], problems, floor)
+    return SimilarityReport(pairs, names, problems, floor)
 
 
 def _one_line(label: str) -> str:
