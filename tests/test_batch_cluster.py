@@ -207,6 +207,56 @@ def test_a_worker_that_cannot_import_torch_stops_the_batch_with_that_message(tmp
     assert not list((tmp_path / "out" / "students").glob("*/batch-outcome.json"))
 
 
+def test_with_similarity_each_student_graded_on_a_worker_is_fingerprinted_there(tmp_path, cluster, monkeypatch):
+    """``--cluster --similarity``: the client never fingerprints a student a worker graded (it would
+    fail here: its ``fingerprint`` raises), and the report is byte for byte ``grader similarity``'s.  The
+    boilerplate reaches the workers (STAR, erin's code, is given out: erin has nothing to compare).
+    Students not graded in the run (cached on a rerun, or nothing handed in) are fingerprinted here."""
+    pytest.importorskip("copydetect", reason="the similarity extra: pip install 'dist-grader[similarity]'")
+    from grader.similarity import fingerprints
+    from grader.similarity.check import run_similarity
+    from tests.test_similarity import RING, STAR, STARTER, TREE, disguise
+
+    roster = tmp_path / "roster"
+    for name, body in [
+        ("a9-alice", RING),
+        ("a9-bob", disguise(RING, 4)),
+        ("a9-carol", TREE),
+        ("a9-dan", disguise(TREE, 5)),
+        ("a9-erin", STAR),
+        ("a9-gina", STARTER),
+    ]:
+        submission(roster, name, body=body)
+    (roster / "a9-lee").mkdir()  # nothing handed in: no task, compared (as nothing) by the client
+    given = tmp_path / "given.py"
+    given.write_text(STAR)
+    run_similarity(roster, tmp_path / "local", pack_ref="a9", boilerplate=[given])
+    expected = {name: (tmp_path / "local" / name).read_bytes() for name in ("similarity.csv", "similarity.html")}
+
+    def on_the_client(*args, **kwargs):
+        raise AssertionError("fingerprinted on the client")
+
+    monkeypatch.setattr(fingerprints, "fingerprint", on_the_client)  # the workers are processes of their own
+    out, log = tmp_path / "out", tmp_path / "grades.log"
+    options = {"cluster": cluster, "similarity": True, "boilerplate": [given]}
+    rows = {r.student: r.status for r in batch(roster, out, log, **options)}
+    assert rows == {**dict.fromkeys(["alice", "bob", "carol", "dan", "erin", "gina"], "graded"), "lee": "no_submission"}
+    found = {name: (out / "similarity" / name).read_bytes() for name in expected}
+    assert found == expected
+    assert [row.split(",")[:2] for row in found["similarity.csv"].decode().splitlines()[1:]] == [
+        ["alice", "bob"],
+        ["carol", "dan"],
+    ]
+    assert b"erin: nothing but the starter" in found["similarity.html"]
+
+    with pytest.raises(AssertionError, match="fingerprinted on the client"):  # everyone cached: the client's work
+        batch(roster, out, log, **options)
+    monkeypatch.undo()
+    batch(roster, out, log, **options)
+    assert {name: (out / "similarity" / name).read_bytes() for name in expected} == expected
+    assert sorted(invocations(log)) == sorted(f"a9-{name}" for name in rows if name != "lee")  # graded once
+
+
 def _wait_for_grade(log: Path, name: str, timeout: float = 60) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

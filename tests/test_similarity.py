@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import ast
 import csv
+import json
 import random
 import zipfile
+from dataclasses import replace
 from html.parser import HTMLParser
 from io import StringIO
 from pathlib import Path
@@ -597,3 +599,84 @@ def test_the_command_finds_a_copy_in_every_pack_whatever_form_it_is_handed_in(pa
     found = run_similarity(roster, tmp_path / "out", pack_ref=pack_id)
     assert [(p.student_a, p.student_b, p.similarity) for p in found.pairs] == [("copy", "ref", 1.0)]
     assert set(found.problems) == {"tpl"}
+
+
+def test_a_fingerprint_taken_on_a_worker_arrives_as_the_client_takes_it(roster, tmp_path):
+    """``grader batch --cluster --similarity``'s worker side, called here: from the starter's and the
+    boilerplate's texts alone (their files gone), each student's fingerprint decodes to the client's own."""
+    from grader.batch.roster import load_roster
+    from grader.similarity.check import fingerprint_student
+    from grader.similarity.remote import decode, fingerprint_here, similarity_task
+
+    pack, rubric = load_pack("a9"), load_rubric(load_pack("a9").rubric)
+    boilerplate = tmp_path / "given.py"
+    boilerplate.write_text(STAR)
+    task = similarity_task(rubric, pack, [boilerplate])
+    never = never_evidence(piece.source for piece in starter_code(pack, [boilerplate]))
+    boilerplate.unlink()
+    for student in load_roster(roster):
+        here = fingerprint_student(student.name, student.source, pack, rubric, never)
+        sent = decode(fingerprint_here(replace(task, student=student.name), student.source))
+        assert sent.problem == here.problem, student.name
+        if here.found is None or sent.found is None:
+            assert here.found is sent.found is None and here.problem, student.name
+            continue
+        assert (sent.found.text, sent.found.filtered, sent.found.coverage) == (
+            here.found.text,
+            here.found.filtered,
+            here.found.coverage,
+        )
+        assert list(sent.found.positions.items()) == list(here.found.positions.items())  # in the same order
+        assert sent.found.offsets.dtype == here.found.offsets.dtype and (sent.found.offsets == here.found.offsets).all()
+    assert (
+        "nothing but the starter" in decode(fingerprint_here(replace(task, student="bob"), str(roster / "bob"))).problem
+    )
+
+
+def _reply(**changes) -> bytes:
+    from grader.similarity.check import fingerprint_student
+    from grader.similarity.remote import encode
+
+    pack = load_pack("a9")
+    found = fingerprint_student("x", str(REPO / "reference" / "a9"), pack, load_rubric(pack.rubric), frozenset())
+    reply = json.loads(encode(found))
+    reply.update(changes)
+    return json.dumps({k: v for k, v in reply.items() if v is not None}).encode()
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b"",
+        b"\xff\xfe not utf-8",
+        b"[" * 100_000 + b"]" * 100_000,
+        b"[]",
+        b'{"problem": 3}',
+        _reply(positions=None),
+        _reply(extra=1),
+        _reply(text=7),
+        _reply(offsets=[[0, 0], [5, -1]]),
+        _reply(offsets=[[0, 0], [10**9, 0]]),
+        _reply(offsets=[[-2, 0]]),
+        _reply(offsets=[[0.0, 0]]),
+        _reply(positions=[[1, [10**9]]]),
+        _reply(positions=[[True, [0]]]),
+        _reply(positions=[[1 << 60, [0]]]),
+        _reply(positions=[[1, []]]),
+        _reply(positions=[[1, [0]], [1, [2]]]),
+        _reply(positions={"1": [0]}),
+    ],
+)
+def test_a_malformed_reply_from_a_worker_is_that_students_problem(reply):
+    from grader.similarity.remote import MALFORMED, decode
+
+    got = decode(reply)
+    assert got.found is None and got.problem.startswith(MALFORMED), got.problem
+
+
+def test_a_well_formed_reply_decodes():
+    """The mutations above change a reply that decodes: each rejection is of what it changed."""
+    from grader.similarity.remote import decode
+
+    assert decode(_reply()).found is not None
+    assert decode(b'{"problem": "no submission"}').problem == "no submission"

@@ -32,9 +32,9 @@ import fcntl
 import shutil
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from grader import late
 from grader.batch.cache import KEY_FILE, read_json
@@ -67,6 +67,10 @@ from grader.rubric import Rubric, load_rubric
 from grader.seal import key_path, load_key
 from grader.similarity import require as require_similarity
 
+if TYPE_CHECKING:  # imported where used: the copy check is an optional extra (copydetect)
+    from grader.similarity.check import Fingerprinted
+    from grader.similarity.remote import SimilarityTask
+
 SIMILARITY_DIR = "similarity"
 
 
@@ -97,7 +101,8 @@ def run_batch(
 
     ``grade_cmd`` replaces ``python -m grader`` (the tests inject a fake grader with it).  ``cluster``
     runs the grades on Dask (``grader.batch.cluster``); ``send_submissions`` sends them their bytes.
-    ``similarity`` runs the copy check over the roster after the grading, into ``out/similarity/``.
+    ``similarity`` runs the copy check over the roster after the grading, into ``out/similarity/``; on
+    a cluster each student a worker grades is fingerprinted on that worker (``grader.similarity.remote``).
     ``seal_key`` is the file of the key the cache is sealed with (``grader.seal.key_path``).
     """
     if jobs < 1:
@@ -135,22 +140,45 @@ def run_batch(
         for leftover in [*students_dir.glob(".tmp-*"), *students_dir.glob(".old-*")]:
             _remove(leftover)
         stream = progress or sys.stderr
+        fingerprinted: dict[str, Fingerprinted] = {}
         if spec is None:
             grade_all(gradable, Grader(*settings), jobs, stream)
         elif gradable:
+            task = _similarity_task(loaded, boilerplate) if similarity else None
             with connect(spec, cluster_config, len(gradable), stream) as client:
-                grader = ClusterGrader(*settings, client=client, send=send_submissions)
+                grader = ClusterGrader(*settings, client=client, send=send_submissions, similarity=task)
                 grade_all(gradable, grader, min(len(gradable), MAX_IN_FLIGHT), stream)
-        nearest = _similarity(gradable, out, loaded, boilerplate) if similarity else None
+            fingerprinted = grader.fingerprinted
+        nearest = _similarity(gradable, out, loaded, boilerplate, fingerprinted) if similarity else None
         return _write_reports(students, out, scored, manual_scores, nearest)
 
 
-def _similarity(students: list[Student], out: Path, rubric: Rubric, boilerplate: Sequence[Path]) -> dict[str, Nearest]:
-    """The copy check over the batch's roster, into ``out/similarity/``: each student's highest pair."""
+def _similarity_task(rubric: Rubric, boilerplate: Sequence[Path]) -> SimilarityTask:
+    """What each worker needs to fingerprint its student, read before the grading: a starter missing
+    here stops the batch now, not after it."""
+    from grader.similarity.remote import similarity_task
+
+    return similarity_task(rubric, load_pack(rubric.assignment.pack), boilerplate)
+
+
+def _similarity(
+    students: list[Student],
+    out: Path,
+    rubric: Rubric,
+    boilerplate: Sequence[Path],
+    fingerprinted: Mapping[str, Fingerprinted],
+) -> dict[str, Nearest]:
+    """The copy check over the batch's roster, into ``out/similarity/``: each student's highest pair.
+
+    On a cluster, ``fingerprinted`` holds the students graded in this run, fingerprinted on their
+    workers.  The others are fingerprinted here: a cached student's worker is long gone and the cache
+    holds their grading, not a fingerprint (which the ``--boilerplate`` of each run changes), and a
+    flagged one never had a task.  A task only to fingerprint them would cost a round trip through Dask
+    (and, with ``--send-submissions``, their bytes again) for what parses here in a fraction of a second."""
     from grader.similarity.check import compare_class, write_report
 
     pack = load_pack(rubric.assignment.pack)
-    report = compare_class(students, pack, rubric, boilerplate)
+    report = compare_class(students, pack, rubric, boilerplate, done=fingerprinted)
     write_report(report, out / SIMILARITY_DIR, pack.title)
     return report.nearest()
 

@@ -2,10 +2,14 @@
 
 Dask is only the scheduler.  A task grades one student by running, on a worker, the very
 ``grader grade`` command the local path runs (``grader.batch.workers``: same arguments, own session,
-same timeout, whole group killed), so a hostile submission still costs only its own row.  Everything
-else stays on the client, the process that owns DIR: cache keys, the decision to grade, unpacking
-the returned ``grader grade --out`` directory into a temporary directory renamed into place, and
-scoring.  So cache, resume and rescoring are exactly today's.
+same timeout, whole group killed), so a hostile submission still costs only its own row.  With
+``--similarity`` the same task then fingerprints the student on that worker, from the worker's copy of
+the submission (``grader.similarity.remote``: what is never evidence travels in the task as text, the
+fingerprint comes back beside the grade's output).  Everything else stays on the client, the process
+that owns DIR: cache keys, the decision to grade, unpacking the returned ``grader grade --out``
+directory into a temporary directory renamed into place, scoring, and the copy check's index and pairs
+(and the fingerprints of students no task graded in this run).  So cache, resume and rescoring are
+exactly today's.
 
 Submissions reach a worker by their path (a shared filesystem, as on a Slurm cluster) or, with
 ``send=True``, as a tar sent through Dask; the output always comes back as a tar.  The secret salt
@@ -14,7 +18,8 @@ to the grade in its environment (``workers.start_grade``).
 
 A worker lost while grading (preemption, walltime, a dead node) makes Dask run the task again on
 another worker; after ``MAX_LOSSES`` losses of the same student the row is a ``grader_error`` that
-says so.  A worker that cannot import torch or the grader stops the batch with that message.
+says so.  A worker that cannot import torch or the grader (or, with ``--similarity``, copydetect) stops
+the batch with that message.
 """
 
 from __future__ import annotations
@@ -33,9 +38,9 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
@@ -44,10 +49,15 @@ from grader.batch.workers import BatchStop, Grader, Outcome, grade_argv, start_g
 from grader.errors import UserError
 from grader.gradebook import GRADER_ERROR
 
+if TYPE_CHECKING:  # imported where used: the copy check is an optional extra (copydetect)
+    from grader.similarity.check import Fingerprinted
+    from grader.similarity.remote import SimilarityTask
+
 MAX_LOSSES = 3  # times a student's worker may die under it before the row is a grader_error
 MAX_IN_FLIGHT = 1024  # students submitted at once (a client thread each): more than a 20-node cluster runs
 DASHBOARD = ":0"  # the dashboard on a free port: other batches may run beside this one
 WORKER_CHECK = "import torch, grader"  # what a worker's Python must import before it grades anybody
+SIMILARITY_CHECK = ", copydetect.utils"  # ... and, to fingerprint them too (--similarity), the copy check's extra
 # How a grade ends when something outside the batch stops it: the grader's own exit on SIGTERM/SIGINT,
 # or death by either.  Slurm's scancel, preemption and walltime signal every process of the job at once.
 STOPPED_FROM_OUTSIDE = (130, -signal.SIGTERM, -signal.SIGINT)
@@ -94,6 +104,7 @@ class GradeTask:
     payload: bytes | None = field(default=None, repr=False)  # the submission as a tar, when sent
     rubric_text: str | None = field(default=None, repr=False)  # --rubric's text, when sent
     salt: str | None = field(default=None, repr=False)  # never in a repr, so never in a log
+    similarity: SimilarityTask | None = None  # with --similarity: fingerprint the student here too
 
 
 @dataclass(frozen=True)
@@ -105,32 +116,34 @@ class GradeReply:
     output: bytes = field(default=b"", repr=False)
     unfit: str = ""
     lost: str = ""  # the grade was stopped from outside: this worker is going down (scancel, preemption)
+    fingerprint: bytes = field(default=b"", repr=False)  # with --similarity: ``grader.similarity.remote``'s
 
 
-_fitness: dict[str, str] = {}  # per worker process: "" when fit, else why not
+_fitness: dict[str, str] = {}  # per worker process and check: "" when fit, else why not
 _fitness_lock = threading.Lock()
 
 
-def _unfit() -> str:
+def _unfit(check: str) -> str:
     """Once per worker process: can its Python import what every grade imports?  Checked in a child,
     as the grades will run, and so the worker itself never holds torch."""
     with _fitness_lock:
-        if "why" not in _fitness:
+        if check not in _fitness:
             done = subprocess.run(
-                [sys.executable, "-c", WORKER_CHECK], capture_output=True, text=True, timeout=600, check=False
+                [sys.executable, "-c", check], capture_output=True, text=True, timeout=600, check=False
             )
             last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-            _fitness["why"] = (
+            _fitness[check] = (
                 ""
                 if done.returncode == 0
-                else f"worker {socket.gethostname()} ({sys.executable}) cannot `{WORKER_CHECK}`: {last}"
+                else f"worker {socket.gethostname()} ({sys.executable}) cannot `{check}`: {last}"
             )
-    return _fitness["why"]
+    return _fitness[check]
 
 
 def grade_on_worker(task: GradeTask) -> GradeReply:
-    """Run one student's `grader grade` here; return its outcome and its output directory as a tar."""
-    unfit = _unfit()
+    """Run one student's `grader grade` here; return its outcome and its output directory as a tar, and
+    with ``task.similarity`` the student's fingerprint (``grader.similarity.remote``)."""
+    unfit = _unfit(WORKER_CHECK + (SIMILARITY_CHECK if task.similarity else ""))
     if unfit:
         return GradeReply(unfit=unfit)
     # In the worker's own directory, which Dask removes even when the worker is killed mid-grade.
@@ -155,7 +168,12 @@ def grade_on_worker(task: GradeTask) -> GradeReply:
         if outcome.returncode in STOPPED_FROM_OUTSIDE:  # not the student's doing: graded again elsewhere
             return GradeReply(lost=f"the grade on {socket.gethostname()} was stopped (exit {outcome.returncode})")
         os.replace(work / "grade.log", graded / "grade.log")
-        return GradeReply(vars(outcome), _tar(graded, "."))
+        found = b""
+        if task.similarity is not None:  # from the worker's own copy of the submission, as the grade took it
+            from grader.similarity.remote import fingerprint_here
+
+            found = fingerprint_here(task.similarity, source)
+        return GradeReply(vars(outcome), _tar(graded, "."), fingerprint=found)
 
 
 def _worker_directory() -> str | None:
@@ -186,12 +204,15 @@ def _untar(data: bytes, dest: Path, extraction: str) -> None:
 
 
 class ClusterGrader(Grader):
-    """A ``Grader`` whose grades run as Dask tasks; the rest (cache, outcome, install) is inherited."""
+    """A ``Grader`` whose grades run as Dask tasks; the rest (cache, outcome, install) is inherited.
+    With ``similarity``, each task fingerprints its student too, into ``fingerprinted``."""
 
-    def __init__(self, *args: Any, client: Any, send: bool, **kwargs: Any):
+    def __init__(self, *args: Any, client: Any, send: bool, similarity: SimilarityTask | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.client = client
         self.send = send
+        self.similarity = similarity
+        self.fingerprinted: dict[str, Fingerprinted] = {}  # per student graded in this run
         self._futures: set[Any] = set()
         self._rubric_text = self.rubric_file.read_text(encoding="utf-8") if send and self.rubric_file else None
 
@@ -211,6 +232,7 @@ class ClusterGrader(Grader):
             payload=payload,
             rubric_text=self._rubric_text,
             salt=self.salt,
+            similarity=replace(self.similarity, student=student.name) if self.similarity else None,
         )
 
     def run(self, student: Student, graded: Path) -> Outcome:
@@ -225,6 +247,12 @@ class ClusterGrader(Grader):
                 lost = f"last on {exc.last_worker}"
                 break
             if not reply.lost:
+                if self.similarity is not None:
+                    from grader.similarity.remote import decode
+
+                    found = decode(reply.fingerprint)
+                    with self._lock:
+                        self.fingerprinted[student.name] = found
                 _untar(reply.output, graded, "data")  # the grader's output: plain files, nothing else
                 return Outcome(**reply.outcome)
             lost = reply.lost

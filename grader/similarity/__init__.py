@@ -6,7 +6,8 @@ pack's starter and the instructor's ``--boilerplate`` files, k-gram by k-gram, a
 ``common`` students share.  Each student is fingerprinted once and pairs are found through an index of
 shared fingerprints (``grader.similarity.fingerprints``, on copydetect).  ``grader batch --similarity``
 runs it over the batch's roster after the grading, into ``DIR/similarity/``, and the class report links
-each student to their highest pair.
+each student to their highest pair; with ``--cluster``, each student is fingerprinted on the worker that
+grades them (``grader.similarity.remote``).
 
 Writes ``DIR/similarity.csv`` (pairs at or above ``--floor``, highest first) and ``DIR/similarity.html``.
 """

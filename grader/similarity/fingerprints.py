@@ -29,7 +29,7 @@ from grader.similarity import COMMON
 K = 25
 WINDOW = 6
 #: k-gram hashes are 52 bits: winnowing compares them as float64 (copydetect's Python fallback), exactly so
-_HASH_MASK = (1 << 52) - 1
+HASH_MASK = (1 << 52) - 1
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def kgram_hashes(filtered: str) -> np.ndarray:
     the same class gets the same report on every run and on every machine."""
     return np.array(
         [
-            int.from_bytes(hashlib.blake2b(filtered[i : i + K].encode(), digest_size=8).digest(), "little") & _HASH_MASK
+            int.from_bytes(hashlib.blake2b(filtered[i : i + K].encode(), digest_size=8).digest(), "little") & HASH_MASK
             for i in range(len(filtered) - K + 1)
         ],
         dtype=np.int64,
@@ -100,10 +100,11 @@ def fingerprint(parts: Sequence[str], never: frozenset[int] = frozenset()) -> Fi
                     positions.setdefault(value, []).append(len(filtered) + at)
         text += part
         filtered += own
-    return _covered(Fingerprint(text, filtered, np.concatenate(offsets), positions))
+    return covered(Fingerprint(text, filtered, np.concatenate(offsets), positions))
 
 
-def _covered(found: Fingerprint) -> Fingerprint:
+def covered(found: Fingerprint) -> Fingerprint:
+    """``found`` with its comparable size counted from its positions."""
     return replace(found, coverage=int(get_token_coverage(found.positions, K, len(found.filtered))))
 
 
@@ -114,7 +115,7 @@ def without(found: Fingerprint, dropped: frozenset[int] | set[int]) -> Fingerpri
     if not dropped.intersection(found.positions):
         return found
     kept = {h: at for h, at in found.positions.items() if h not in dropped}
-    return _covered(replace(found, positions=kept))
+    return covered(replace(found, positions=kept))
 
 
 def similar_pairs(found: Sequence[Fingerprint], common: int = COMMON) -> list[Pair]:
