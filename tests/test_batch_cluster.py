@@ -210,7 +210,8 @@ def test_a_worker_that_cannot_import_torch_stops_the_batch_with_that_message(tmp
 def test_with_similarity_each_student_graded_on_a_worker_is_fingerprinted_there(tmp_path, cluster, monkeypatch):
     """``--cluster --similarity``: the client never fingerprints a student a worker graded (it would
     fail here: its ``fingerprint`` raises), and the report is byte for byte ``grader similarity``'s.  The
-    boilerplate reaches the workers (STAR, erin's code, is given out: erin has nothing to compare).
+    boilerplate reaches the workers (STAR, erin's code, is given out: erin has nothing to compare), and
+    they fingerprint their own copy of each submission (sent, as to workers that do not see the roster).
     Students not graded in the run (cached on a rerun, or nothing handed in) are fingerprinted here."""
     pytest.importorskip("copydetect", reason="the similarity extra: pip install 'dist-grader[similarity]'")
     from grader.similarity import fingerprints
@@ -238,7 +239,7 @@ def test_with_similarity_each_student_graded_on_a_worker_is_fingerprinted_there(
 
     monkeypatch.setattr(fingerprints, "fingerprint", on_the_client)  # the workers are processes of their own
     out, log = tmp_path / "out", tmp_path / "grades.log"
-    options = {"cluster": cluster, "similarity": True, "boilerplate": [given]}
+    options = {"cluster": cluster, "send_submissions": True, "similarity": True, "boilerplate": [given]}
     rows = {r.student: r.status for r in batch(roster, out, log, **options)}
     assert rows == {**dict.fromkeys(["alice", "bob", "carol", "dan", "erin", "gina"], "graded"), "lee": "no_submission"}
     found = {name: (out / "similarity" / name).read_bytes() for name in expected}
