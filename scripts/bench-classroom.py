@@ -18,16 +18,21 @@ The host's grader package is byte-compiled first, as the image's is: under PYTHO
 some sessions) every process of the host grade would otherwise compile it from source.
 
     python scripts/bench-classroom.py [--rounds 3] [--image grader:local] [--submission reference/a9]
-                                      [--grader-seccomp]
+                                      [--pack a9] [--grader-seccomp] [--expect SCORE]
 
 `--grader-seccomp` adds the grader backend's own seccomp profile (grader/backends/docker.py) to the step's
 options, for comparing with Docker's default one.  A score that differs from the host's is printed as a
-warning: the run then measured a different grade.
+warning: the run then measured a different grade.  `--pack` takes the workflow of that pack's template.
+
+`--expect SCORE` is the Classroom door's check (the CI container stage runs it for every pack's template
+and reference): it grades once as the workflow's step does, then reads the step's output as the reporter
+does (``reporter_points``), and fails unless the grade is SCORE and the reporter's points are the grader's.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import compileall
 import importlib.util
 import json
@@ -43,19 +48,25 @@ from pathlib import Path
 
 import yaml
 
+from grader.render import to_cents
+
 REPO = Path(__file__).resolve().parents[1]
-WORKFLOW = REPO / "student_template" / "a9" / ".github" / "workflows" / "classroom.yml"
 STEP_ID = "grader"
 
 
-def grading_step() -> str:
+def workflow(pack: str) -> Path:
+    """The Classroom workflow of the pack's student template: each template's names its own pack."""
+    return REPO / "student_template" / pack / ".github" / "workflows" / "classroom.yml"
+
+
+def grading_step(pack: str = "a9") -> str:
     """The `run:` script of the workflow's grading step (the one the reporter reads)."""
-    jobs = yaml.safe_load(WORKFLOW.read_text())["jobs"]
+    jobs = yaml.safe_load(workflow(pack).read_text())["jobs"]
     for job in jobs.values():
         for step in job["steps"]:
             if step.get("id") == STEP_ID:
                 return str(step["run"])
-    raise SystemExit(f"{WORKFLOW}: no step with id {STEP_ID!r}")
+    raise SystemExit(f"{workflow(pack)}: no step with id {STEP_ID!r}")
 
 
 def docker_options(script: str, env: dict[str, str]) -> list[str]:
@@ -85,6 +96,21 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
 def grade_facts(out: Path) -> tuple[float, str]:
     results = json.loads((out / "results.json").read_text())
     return results["timings"]["total"], f"{results['score']:g}+{results.get('bonus_score') or 0:g}"
+
+
+def reporter_points(github_output: Path) -> tuple[float, float]:
+    """What autograding-grading-reporter@v1 sends Classroom from the step's output (its contract:
+    /work/shared/docs/github-classroom.md): the one `result=` line, standard base64 of the JSON, then the
+    tests' scores added left to right as doubles (JavaScript's numbers, as Python's floats), over
+    `max_score`."""
+    lines = [line for line in github_output.read_text().splitlines() if line.startswith("result=")]
+    if len(lines) != 1:
+        raise SystemExit(f"the step wrote {len(lines)} result= lines to GITHUB_OUTPUT, not one")
+    result = json.loads(base64.b64decode(lines[0].removeprefix("result="), validate=True))
+    total = 0.0
+    for test in result["tests"]:
+        total += test["score"]
+    return total, float(result["max_score"])
 
 
 def compile_host_grader() -> None:
@@ -126,6 +152,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--image", default="grader:local")
     parser.add_argument("--submission", type=Path, default=REPO / "reference" / "a9")
+    parser.add_argument("--pack", default="a9", help="whose student template's workflow grades (default a9)")
     parser.add_argument("--grader-seccomp", action="store_true")
     parser.add_argument(
         "--expect",
@@ -134,7 +161,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     submission = args.submission.resolve()
-    script = grading_step()
+    script = grading_step(args.pack)
     with tempfile.TemporaryDirectory(prefix="bench-classroom-") as tmp:
         work = Path(tmp)
         (work / "runner").mkdir()
@@ -159,10 +186,17 @@ def main() -> None:
         if args.expect is not None:  # the step verbatim, Docker's default seccomp included: what Classroom runs
             Path(env["GITHUB_OUTPUT"]).write_text("")
             timed(["bash", "-eo", "pipefail", "-c", script], env)
-            _, score = grade_facts(Path(env["RUNNER_TEMP"]) / "grader-out")
-            print(f"the Classroom workflow's grading step scored {submission.name} {score}")
+            out = Path(env["RUNNER_TEMP"]) / "grader-out"
+            _, score = grade_facts(out)
+            points, most = reporter_points(Path(env["GITHUB_OUTPUT"]))
+            graded = json.loads((out / "results.json").read_text())
+            print(
+                f"the {args.pack} Classroom workflow scored {submission} {score}; reporter: Points {points:g}/{most:g}"
+            )
             if score != args.expect:
                 raise SystemExit(f"expected {args.expect}: the Classroom path does not grade as the host does")
+            if (points, most) != (to_cents(graded["score"]) / 100, float(graded["max_score"])):
+                raise SystemExit(f"the reporter would send {points!r}/{most:g}, the grader scored {graded['score']}")
             return
         print(f"image {args.image}, submission {submission}, load average {os.getloadavg()[0]:.1f}")
         rounds = []

@@ -134,11 +134,17 @@ for entry in "${ordered[@]}"; do
 done
 for pid in "${gradings[@]}"; do wait "$pid" 2>/dev/null || true; done
 rm -rf "$repo" "$(dirname "$a4zip")"
-# GitHub Classroom's own path: the student workflow's grading step verbatim, under Docker's default seccomp
-# profile (no pivot_root there): the reference once scored 20/100 that way while every grading above passed.
-say "grading $REFERENCE as the Classroom workflow's step runs it"
-"$PYTHON" "$ROOT/scripts/bench-classroom.py" --image "$IMAGE" --submission "$REFERENCE" --expect 105+5 \
-    || problems+=("the Classroom workflow's step does not grade $REFERENCE 105+5")
+# GitHub Classroom's own path, for every pack: its template's workflow step verbatim, under Docker's default
+# seccomp profile (no pivot_root there: the A9 reference once scored 20/100 that way while every grading
+# above passed), grading the reference and the untouched template as a student's checkout, then the step's
+# output read as the reporter reads it, whose points must be the grader's.
+for door in a9:reference/a9:105+5 a4:reference/a4:100+0 hw12:reference/hw12:6.5+0 a5:reference/a5:90+0 \
+    a9:student_template/a9:0+0 a4:student_template/a4:0+0 hw12:student_template/hw12:0+0 a5:student_template/a5:0+0; do
+    IFS=: read -r pack tree score <<<"$door"
+    say "grading $tree as the $pack template's Classroom workflow step runs it"
+    "$PYTHON" "$ROOT/scripts/bench-classroom.py" --image "$IMAGE" --pack "$pack" --submission "$tree" --expect "$score" \
+        || problems+=("the $pack Classroom workflow's step does not grade $tree $score, or the reporter's points differ")
+done
 checks=()
 for job in "${graded[@]}"; do
     name=${job%%=*}
