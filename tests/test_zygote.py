@@ -104,8 +104,13 @@ def test_a_gradings_zygote_never_held_the_salt_and_dies_with_its_session(tmp_pat
         session, zygote_pid = _hosted_zygote(grading.pid, time.monotonic() + 60)
         environ = Path(f"/proc/{zygote_pid}/environ").read_bytes().split(b"\0")
         assert {entry.split(b"=", 1)[0].decode() for entry in environ if entry} <= set(scrubbed_environment())
+        # The session holds the salt once it has read its configuration (on a loaded machine, a while after
+        # its environment names the file): then the scan that finds it there must not find it in the zygote.
+        deadline = time.monotonic() + 60
+        while not _memory_holds(session, secret.encode()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _memory_holds(session, secret.encode()), "the session never held the salt: the scan proves nothing"
         assert not _memory_holds(zygote_pid, secret.encode())
-        assert _memory_holds(session, secret.encode())  # the session does: the scan would have found it
         os.kill(session, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while alive(zygote_pid) and time.monotonic() < deadline:
