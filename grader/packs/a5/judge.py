@@ -37,14 +37,29 @@ def _assertions(case: Case, replies: list[dict[str, Any]]) -> Verdict:
     return None
 
 
+class _Stated:
+    """A rank's flat reply, read in order.  The reply is untrusted: a count it states is believed no
+    further than the numbers it sent (a forged 10**12 must not build a list that long here)."""
+
+    def __init__(self, numbers: list[int]) -> None:
+        self._numbers = numbers
+        self._left = iter(numbers)
+
+    def number(self, missing: int = -1) -> int:
+        return next(self._left, missing)
+
+    def bounded(self, count: int) -> int:
+        return min(max(count, 0), len(self._numbers))
+
+    def count(self) -> int:
+        """The next number, as a count of what follows."""
+        return self.bounded(self.number(0))
+
+
 def _distribution(case: Case, replies: list[dict[str, Any]]) -> Verdict:
-    numbers = _flags(replies[0], "layers")
-    flat = iter(numbers)
+    reply = _Stated(_flags(replies[0], "layers"))
     for layers, stages in case.params["pairs"]:
-        split = []
-        for _ in range(stages):
-            count = min(next(flat, 0), len(numbers))  # untrusted: no longer than what the rank sent
-            split.append([next(flat, -1) for _ in range(count)])
+        split = [[reply.number() for _ in range(reply.count())] for _ in range(stages)]
         where = f"distribute_layers({layers} layers, {stages} stages)"
         joined = [i for stage in split for i in stage]
         if sorted(joined) != list(range(layers)):
@@ -89,12 +104,11 @@ def _schedule(case: Case, messages: list[tuple[int, int, int]] | None) -> Verdic
 
 
 def _posted(flat: list[int]) -> list[tuple[int, int, bool, list[int]]]:
-    """A Q7 reply's operations, (kind, peer, the tensor given, shape).  A rank's reply is untrusted: no
-    count it states is believed beyond the numbers it sent."""
-    values, ops = iter(flat[1:]), []
-    for _ in range(min(flat[0], len(flat)) if flat else 0):
-        kind, peer, given, ndim = (next(values, -1) for _ in range(4))
-        ops.append((kind, peer, given == 1, [next(values, -1) for _ in range(min(max(ndim, 0), len(flat)))]))
+    """A Q7 reply's operations, (kind, peer, the tensor given, shape), read as :class:`_Stated`."""
+    reply, ops = _Stated(flat), []
+    for _ in range(reply.count()):
+        kind, peer, given, ndim = (reply.number() for _ in range(4))
+        ops.append((kind, peer, given == 1, [reply.number() for _ in range(reply.bounded(ndim))]))
     return ops
 
 
