@@ -169,12 +169,20 @@ def _placeholder(name: str, reason: str, names: list[str]) -> Any:
 
     module = types.ModuleType(name)
 
-    def unavailable(*args: Any, **kwargs: Any) -> Any:
-        # not a StudentImportError: the caller's module did import, only this call fails
-        raise RuntimeError(f"{name.split('.')[-1]}.py could not be imported: {reason}")
+    def unavailable() -> Any:
+        """A function of its own per name: a pack that puts its own versions in their place (A9's
+        ``substituted``) finds each name's importers by identity, and one shared function made every
+        name's importer look like every other's (the reference's my_allreduce was replaced with
+        my_all_to_all)."""
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            # not a StudentImportError: the caller's module did import, only this call fails
+            raise RuntimeError(f"{name.split('.')[-1]}.py could not be imported: {reason}")
+
+        return call
 
     for fn in names:
-        setattr(module, fn, unavailable)
+        setattr(module, fn, unavailable())
     return module
 
 
