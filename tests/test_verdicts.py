@@ -76,13 +76,30 @@ def test_without_a_capture_the_records_decide() -> None:
     assert verdicts.decide(CASE, PREPARED, honest_run(None)).verdict is Verdict.PASS
 
 
-def test_a_thread_left_running_is_said_and_its_group_replaced() -> None:
+def test_a_thread_left_running_is_a_hang_that_names_it_and_its_group_is_replaced() -> None:
+    """/proc's count decides (issue 39: right values no longer pass beside a thread that outlives its
+    case); the rank's words only name the thread, and a rank that names none is still charged."""
+    run = honest_run(measured())
+    run.threads_left = {0: 1, 1: 1}
+    run.ranks[0].threads = ("'spin' at collectives.py:9 in _spin",)
+    decision = verdicts.decide(CASE, PREPARED, run)
+    assert decision.verdict is Verdict.HANG
+    assert decision.message == (
+        "a thread was left running after the case: rank 0: 'spin' at collectives.py:9 in _spin; "
+        "rank 1: 1 thread(s) of the submission's"
+    )
+    assert not clean(run)
+    run.ranks[1].threads = run.ranks[0].threads  # the same thread in both ranks is said once
+    assert verdicts.decide(CASE, PREPARED, run).message.endswith("ranks 0, 1: 'spin' at collectives.py:9 in _spin")
+
+
+def test_a_worse_failure_is_said_first_with_the_thread_beside_it() -> None:
     run = honest_run(measured())
     run.threads_left = {1: 1}
+    run.ranks[1].status, run.ranks[1].message = "exception", "rank 1: ValueError: no"
     decision = verdicts.decide(CASE, PREPARED, run)
-    assert decision.verdict is Verdict.PASS  # the values were right; the thread costs its group
-    assert decision.message.startswith("rank 1 still ran a thread of the submission's after the case")
-    assert not clean(run)
+    assert decision.verdict is Verdict.CRASH
+    assert decision.message == "rank 1: ValueError: no (rank 1: 1 thread(s) of the submission's)"
 
 
 class FakeGroup:

@@ -67,9 +67,14 @@ def decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str]
     """The verdict of one case; ``allowed`` are the built-in collectives the case's policy lets through."""
     decision = _decide(case, prepared, run, allowed)
     left = threads_left(run)
-    if left:
-        decision.message = f"{decision.message} ({left})" if decision.message else left
-    return decision
+    if not left:
+        return decision
+    if decision.verdict in _PRECEDENCE[: _PRECEDENCE.index(Verdict.HANG) + 1]:  # the worse failure is said first
+        decision.message = f"{decision.message} ({left})"
+        return decision
+    # a case is done when its work is: a thread still running is work that never finished, as in the
+    # threads runtime (``grader.runtimes.threads.harness``), whatever the values said
+    return Decision(Verdict.HANG, f"a thread was left running after the case: {left}", decision.trace, decision.details)
 
 
 def _decide(case: Case, prepared: Prepared, run: CaseRun, allowed: frozenset[str]) -> Decision:
@@ -135,15 +140,17 @@ def judged(decision: Decision, verdict: tuple[str, str] | None) -> Decision:
 
 
 def threads_left(run: CaseRun) -> str:
-    """What the case left running in a rank's process ("" when nothing): its group was replaced."""
+    """The threads the case left running in its ranks' processes ("" when none), each named as the
+    rank names it: ``rank 0: 'warmup' at collectives.py:21 in _warm_up``.  The count is the session's,
+    from /proc; only the names are the ranks' words."""
     if not run.threads_left:
         return ""
-    ranks = sorted(run.threads_left)
-    who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
-    return (
-        f"{who} still ran a thread of the submission's after the case; threads end with their case, "
-        "so the ranks were replaced before the next one"
-    )
+    named = {rep.rank: rep.threads for rep in run.ranks}
+    ranks: dict[str, list[int]] = {}  # the same thread in every rank is said once
+    for r, count in sorted(run.threads_left.items()):
+        ranks.setdefault("; ".join(named.get(r, ())) or f"{count} thread(s) of the submission's", []).append(r)
+    said = [f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}: {names}" for names, rs in ranks.items()]
+    return "; ".join(said[:4])
 
 
 def tampering(run: CaseRun, allowed: frozenset[str]) -> str:

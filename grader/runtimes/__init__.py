@@ -12,6 +12,7 @@ ranks in processes of their own behind a trusted context, on torchdist's process
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import FrameType
 
 #: ``grader grade --isolation``: how the torchdist runtime starts its ranks (``torchdist.mode.decide``).
 ISOLATION_MODES = ("auto", "full", "portable")
@@ -63,6 +64,17 @@ class RankSide:
         side = cls(str(data["bodies"]), str(data["runtime"]), tuple(str(p) for p in path))
         assert side.runtime in RANK_MODULES, side.runtime
         return side
+
+
+def student_line(frame: FrameType | None, sandbox: str) -> str:
+    """Where a thread is in the student's code, from its innermost ``frame`` outward:
+    ``at collectives.py:22 in _spin`` ("" when none of its frames is the student's).  What a student
+    needs to find a thread that hung or was left running."""
+    while frame is not None and not frame.f_code.co_filename.startswith(sandbox):
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    return f"at {frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} in {frame.f_code.co_name}"
 
 
 def require(runtime: str, pack: str) -> None:

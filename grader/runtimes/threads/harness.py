@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from grader.runtimes import StuckThreads
+from grader.runtimes import StuckThreads, student_line
 
 DEADLOCK_S = 1.5  # unchanged lines and no CPU for this long: a deadlock
 POLL_S = 0.05
@@ -176,11 +176,7 @@ def _where(thread: threading.Thread, sandbox: str) -> str:
         while inner.f_back is not None and inner.f_back.f_code.co_filename == threading.__file__:
             inner = inner.f_back
         waiting = f" (waiting in {inner.f_code.co_name})"
-    while frame is not None and not frame.f_code.co_filename.startswith(sandbox):
-        frame = frame.f_back
-    if frame is None:
-        return "is outside the student's code" + waiting
-    return f"at {frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} in {frame.f_code.co_name}{waiting}"
+    return (student_line(frame, sandbox) or "is outside the student's code") + waiting
 
 
 def _where_all(threads: list[threading.Thread], sandbox: str, names: dict[int | None, str]) -> str:

@@ -69,6 +69,8 @@ SETTLE_S = 0.2  # for data still crossing after every rank replied (an isend nob
 #: wake-ups of the rank (5 ms); through 256 KiB, 2 ms (issue 23).  Pipe pages count against a user's
 #: limit (``fs.pipe-user-pages-soft``, 64 MiB) when not root: two such pipes per rank stay well below it.
 PIPE_BYTES = READ_BYTES
+LINGER_S = 0.5  # for a thread the case joined to leave /proc (see RankGroup._threads_left)
+LINGER_POLL_S = 0.01
 RMTREE_TRIES = 5
 
 
@@ -331,14 +333,18 @@ class RankGroup(GroupLifecycle):
 
     def _threads_left(self) -> dict[int, int]:
         """Rank -> how many more threads its process runs than it had at ready: threads the student's
-        code started and left running (read from /proc, outside the rank).  A thread cannot be killed
-        on its own, so such a rank's group is replaced before the next case."""
-        left = {}
-        for r, rk in enumerate(self._ranks):
-            now = procfs.threads(rk.pid)
-            if now > self._threads[r]:
-                left[r] = now - self._threads[r]
-        return left
+        code started and left running (read from /proc, outside the rank), a ``hang`` of the case.  A
+        thread the case joined may still be on its way out of the kernel on a loaded machine, so a
+        count above the ready one is read again for up to ``LINGER_S``; a thread left running is
+        there for good.  A thread cannot be killed on its own, so such a rank's group is replaced
+        before the next case."""
+        deadline = time.monotonic() + LINGER_S
+        while True:
+            counts = [procfs.threads(rk.pid) for rk in self._ranks]
+            left = {r: now - self._threads[r] for r, now in enumerate(counts) if now > self._threads[r]}
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(LINGER_POLL_S)
 
     def _measured(self, run: CaseRun) -> Traffic:
         """The case's traffic, once the data every rank's records announce has crossed."""
@@ -411,7 +417,13 @@ class RankGroup(GroupLifecycle):
                             reply = replies.parse(got[0].header, n)
                             ready[r] = reply
                             reports[r] = RankReport(
-                                r, reply.status, reply.message, got[0].tensors, reply.claims, True, ends=reply.ends
+                                r,
+                                reply.status,
+                                reply.message,
+                                got[0].tensors,
+                                reply.claims,
+                                True,
+                                threads=reply.threads,
                             )
                         elif not data:
                             reports[r] = self._init.death(r)

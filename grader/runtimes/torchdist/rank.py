@@ -28,6 +28,7 @@ import faulthandler
 import os
 import signal
 import sys
+import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +37,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from grader.runtimes import BadReturn, StuckThreads
-from grader.runtimes.torchdist import guard
+from grader.runtimes import BadReturn, StuckThreads, student_line
+from grader.runtimes.torchdist import guard, replies
 from grader.runtimes.torchdist.torchrun_env import torchrun_env
 from grader.sandbox import audit, descriptors, isolation, reaping, syscalls, wire
 from grader.sandbox.parent import die_with_parent
@@ -301,7 +302,7 @@ def _serve(setup: RankSetup, pipes: RankPipes) -> None:
     reader = wire.FrameReader(max_bytes=MAX_CONTROL_FRAME)
     while True:
         frame = _read_frame(control, reader)
-        if frame is None or frame.header.get("op") not in ("case", "calibrate"):
+        if frame is None or frame.header.get("op") not in ("case", "calibrate", "import"):
             return
         status.set(StatusSlot.RUNNING, "")
         if frame.header["op"] == "calibrate":  # the runtime's own code: no student thread needed
@@ -378,31 +379,46 @@ def _calibrate(frame: wire.Frame, rank_guard: guard.Guard) -> bytearray:
 
 
 def _run_case(frame: wire.Frame, student: Student, rank_guard: guard.Guard, setup: RankSetup) -> bytearray:
-    """Run one case (on the student's thread) and encode its reply."""
+    """Run one case (on the student's thread) and encode its reply.  An "import" frame runs no body:
+    the session asks it to learn what a module's import alone leaves running (``MatrixSession``)."""
     head = frame.header
     rank_guard.begin_case(bool(head.get("keep_events")), float(head["t0"]), str(head.get("must_use") or ""))
-    kind = head["kind"]
     for name, reason in head.get("broken", {}).items():  # failed or hung in an earlier case: never retried
         if name not in sys.modules:
             student.errors.setdefault(str(name), str(reason)[:2000])
     nodes, per_node = head.get("layout") or (1, setup.world_size)
     os.environ.update(torchrun_env(setup.rank, int(nodes), int(per_node)))  # before the import: it may read them
     tensors: dict[str, torch.Tensor] = {}
-    threads = _thread._count()
+    threads = set(sys._current_frames())
     try:
         if head.get("module"):  # the session names the student module the case needs
             student.module(str(head["module"]))
-        with torch.no_grad():  # grad mode is per thread
-            tensors = setup.bodies.BODIES[kind](student, head.get("params", {}), frame.tensors)
+        if head["op"] == "case":
+            with torch.no_grad():  # grad mode is per thread
+                tensors = setup.bodies.BODIES[head["kind"]](student, head.get("params", {}), frame.tensors)
         status, message = "ok", ""
     except BaseException as exc:  # the verdict is decided by the session from this report
         status, message = classify(exc, setup.sandbox)
     trace = rank_guard.trace
     header: dict[str, Any] = {"status": status, "message": str.__str__(message)[:4000], "trace": trace.summary()}
     header["events"] = trace.events
-    if _thread._count() > threads:  # Python cannot stop a thread: one left running ends this rank
-        header["ends"] = True
+    left = _threads_since(threads, setup.sandbox)
+    if left:  # Python cannot stop a thread: one left running ends this rank
+        header["threads"] = left
     try:
         return wire.encode(header, tensors)
     except (wire.WireError, TypeError, ValueError, RuntimeError) as exc:
         return wire.encode({**header, "status": "bad_return", "message": str(exc)[:4000]})
+
+
+def _threads_since(before: set[int], sandbox: str) -> list[str]:
+    """The threads running now that were not ``before`` the case, as a student finds them in their code
+    (``'Thread-1 (_spin)' at collectives.py:22 in _spin``).  They only name what the session counts
+    from /proc, which decides the verdict."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    left = []
+    for ident, frame in sys._current_frames().items():
+        if ident not in before:
+            where = student_line(frame, sandbox) or "outside the submission's code"
+            left.append(f"{names.get(ident, 'a thread')!r} {where}")
+    return left[: replies.MAX_THREADS]

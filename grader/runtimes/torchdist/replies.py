@@ -24,6 +24,7 @@ MAX_INT = 1 << 53
 MAX_EVENTS = 20_000
 MAX_NAMES = 64
 MAX_TEXT = 4000
+MAX_THREADS = 8  # threads a reply names as left running (the session counts them all, from /proc)
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Reply:
     claims: Claims = field(default_factory=Claims)
     layers: dict[str, str] = field(default_factory=dict)  # ready frames only
     connections: tuple[tuple[int, int], ...] = ()  # ready frames only
-    ends: bool = False  # the rank left a thread running: it cannot serve another case
+    threads: tuple[str, ...] = ()  # threads the rank left running, named: it cannot serve another case
 
 
 def parse(header: dict[str, Any], world_size: int) -> Reply:
@@ -65,11 +66,9 @@ def parse(header: dict[str, Any], world_size: int) -> Reply:
     if status not in CASE_STATUSES:
         raise WireError(f"unknown status {status[:40]!r}")
     message = _text(header.get("message", ""), "message")
-    ends = header.get("ends", False)
-    if not isinstance(ends, bool):
-        raise WireError("ends is not a boolean")
+    threads = tuple(_text(t, "thread")[:200] for t in _list(header.get("threads", []), "threads", MAX_THREADS))
     claims = _claims(header.get("trace", {}), header.get("events", []), world_size)
-    return Reply(str(status), message, claims, ends=ends)
+    return Reply(str(status), message, claims, threads=threads)
 
 
 def _claims(trace: Any, events: Any, world_size: int) -> Claims:

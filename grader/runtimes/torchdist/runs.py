@@ -35,7 +35,7 @@ class RankReport:
     blocked_in: str = ""  # the status slot's text when the case was stopped
     stack: str = ""  # faulthandler dump, student frames first
     cpu_percent: int | None = None  # of one CPU, over the case, for a rank that never replied (from /proc)
-    ends: bool = False  # it replied, but left a thread running: the group ends with the case
+    threads: tuple[str, ...] = ()  # the threads it says it left running: the group ends with the case
 
 
 @dataclass
@@ -109,7 +109,7 @@ def clean(run: CaseRun) -> bool:
         run.hang
         or run.memory_kills
         or run.threads_left
-        or any(rep.status not in REUSABLE or rep.ends for rep in run.ranks)
+        or any(rep.status not in REUSABLE or rep.threads for rep in run.ranks)
     ):
         return False
     sent: dict[tuple[int, int], int] = {}
