@@ -69,11 +69,20 @@ def with_trace(**fields: Any) -> dict[str, Any]:
         ({**HONEST, "events": [{"op": "all_reduce", "t": 0}]}, "event op"),
         ({**HONEST, "events": [{**HONEST["events"][0], "t": float("nan")}]}, "event time"),
         ({**HONEST, "events": [{}] * 20_001}, "events is not a list of at most 20000"),
+        ({**HONEST, "threads": "spin"}, "threads is not a list of at most 8"),
+        ({**HONEST, "threads": ["spin"] * 9}, "threads is not a list of at most 8"),
+        ({**HONEST, "threads": [7]}, "thread is not text"),
     ],
 )
 def test_a_field_of_the_wrong_type_or_range_is_refused(header: dict[str, Any], why: str) -> None:
     with pytest.raises(WireError, match=why):
         replies.parse(header, world_size=2)
+
+
+def test_the_threads_a_rank_left_running_are_named_in_its_own_words_cut_short() -> None:
+    reply = replies.parse({**HONEST, "threads": ["'spin' at collectives.py:9 in _spin", "x" * 1000]}, 2)
+    assert reply.threads == ("'spin' at collectives.py:9 in _spin", "x" * 200)
+    assert replies.parse(HONEST, 2).threads == ()
 
 
 def test_a_ready_frame_lists_layers_and_sockets() -> None:
