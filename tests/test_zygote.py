@@ -33,6 +33,7 @@ RANK_RUNTIME = {
     "grader.runtimes.torchdist.heap",  # glibc's malloc thresholds every rank inherits
     "grader.runtimes.torchdist.policy",
     "grader.runtimes.torchdist.rank",
+    "grader.runtimes.torchdist.replies",  # the bounds of a reply's fields, which the rank keeps to (MAX_THREADS)
     "grader.runtimes.torchdist.torchrun_env",  # what torchrun would tell a rank on the case's layout
     "grader.runtimes.torchdist.zygote",
     "grader.sandbox",

@@ -69,7 +69,9 @@ SETTLE_S = 0.2  # for data still crossing after every rank replied (an isend nob
 #: wake-ups of the rank (5 ms); through 256 KiB, 2 ms (issue 23).  Pipe pages count against a user's
 #: limit (``fs.pipe-user-pages-soft``, 64 MiB) when not root: two such pipes per rank stay well below it.
 PIPE_BYTES = READ_BYTES
-LINGER_S = 0.5  # for a thread the case joined to leave /proc (see RankGroup._threads_left)
+#: for a thread the case joined to leave /proc (see RankGroup._threads_left): paid only by a case that
+#: is charged, so generous, that a loaded machine never turns a joined thread into a verdict
+LINGER_S = 1.0
 LINGER_POLL_S = 0.01
 RMTREE_TRIES = 5
 
