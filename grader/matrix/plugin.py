@@ -221,48 +221,12 @@ class MatrixSession:
             self.import_failures[module] = (Verdict.HANG, "the import never finished: " + decision.message)
 
     def _probe_imports(self, case: Case) -> None:
-        """A case left a thread running: was it the import's?  In fresh ranks, the modules the case
-        imports are imported one at a time, in the case's order, with no body run, and /proc says after
-        which import a thread was left running.  A thread started at import is one defect of that
-        module, charged as an import that never finished is: every later case of the module is a
-        ``hang`` without a run, naming the thread, and the modules importing it are graded with the
-        pack's placeholder and the grader's own functions in its place, so the defect costs nothing
-        outside its module.  Running those cases would only start the thread again in ranks replaced
-        after every case: a grading as long as 264 group starts (issue 39).  A thread no import left
-        running is the call's: each case that leaves one is a ``hang`` (``verdicts.decide``)."""
-        from grader.matrix.verdicts import threads_left
-        from grader.runtimes.torchdist.runs import GroupStartError
+        """Which import left the case's thread running (``grader.matrix.import_probe``), in fresh ranks."""
+        from grader.matrix.import_probe import probe_imports
 
-        module = self.pack.module_of[case.kind]
-        self.probed.add(module)
+        self.probed.add(self.pack.module_of[case.kind])
         group = self._new_group(case.processes)
-        try:
-            group.launch()
-            group.wait_ready()
-            for name in [*self.pack.imports_before.get(module, ()), module]:
-                if name in self.import_failures:
-                    continue  # the ranks import its placeholder
-                header = {
-                    "op": "import",
-                    "module": name,
-                    "layout": [case.launch.nodes, case.launch.per_node],
-                    "broken": {m: message for m, (_, message) in self.import_failures.items()},
-                }
-                run = group.run_case(header, [{} for _ in range(group.world_size)], self.limits.case_timeout_s)
-                left = threads_left(run)
-                if left:
-                    file = self.pack.file_of(name).rsplit("/", 1)[-1]
-                    self.import_failures[name] = (
-                        Verdict.HANG,
-                        f"importing {file} leaves a thread running, which no case can end: {left}",
-                    )
-                if left or any(rep.status != "ok" for rep in run.ranks):
-                    return
-        except GroupStartError:
-            return  # the probe decides nothing then: each case is charged its own threads
-        finally:
-            if group.alive:  # else closed already: after a case that left it unclean, or a failed start
-                group.close()
+        probe_imports(group, self.pack, case, self.import_failures, self.limits.case_timeout_s)
 
     def _run(self, case: Case, prepared: Prepared) -> CaseRun:
         """The case's run; a kind with a :class:`~grader.pack.Handoff` runs its first step here and its

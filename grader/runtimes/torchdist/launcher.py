@@ -418,15 +418,8 @@ class RankGroup(GroupLifecycle):
                         if got:
                             reply = replies.parse(got[0].header, n)
                             ready[r] = reply
-                            reports[r] = RankReport(
-                                r,
-                                reply.status,
-                                reply.message,
-                                got[0].tensors,
-                                reply.claims,
-                                True,
-                                threads=reply.threads,
-                            )
+                            said = (reply.status, reply.message, got[0].tensors, reply.claims, True)
+                            reports[r] = RankReport(r, *said, threads=reply.threads)
                         elif not data:
                             reports[r] = self._init.death(r)
                     except wire.WireError as exc:
