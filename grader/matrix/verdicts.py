@@ -146,6 +146,11 @@ def threads_left(run: CaseRun) -> str:
     if not run.threads_left:
         return ""
     named = {rep.rank: rep.threads for rep in run.ranks}
+    if not any("outside the" not in name for names in named.values() for name in names):
+        # Counted, but no thread the ranks can see runs the submission's code: a thread of Python's or
+        # torch's own on its way out (CI saw HW12's 'Dummy-52' charged on a loaded machine).  The group
+        # is still replaced; only a thread in the student's code is charged.
+        return ""
     ranks: dict[str, list[int]] = {}  # the same thread in every rank is said once
     for r, count in sorted(run.threads_left.items()):
         ranks.setdefault("; ".join(named.get(r, ())) or f"{count} thread(s) of the submission's", []).append(r)
