@@ -17,6 +17,7 @@ from grader.matrix import plugin, verdicts
 from grader.matrix.timeline import Timeline
 from grader.pack import Case, Prepared, engine_params
 from grader.results import Verdict
+from grader.runtimes import OUTSIDE
 from grader.runtimes.torchdist import launcher
 from grader.runtimes.torchdist.mode import Isolation
 from grader.runtimes.torchdist.replies import Claims
@@ -108,7 +109,7 @@ def test_a_counted_thread_outside_the_students_code_is_not_charged() -> None:
     is replaced, the values decide."""
     run = honest_run(measured())
     run.threads_left = {0: 1}
-    run.ranks[0].threads = ("'Dummy-52' outside the submission's code",)
+    run.ranks[0].threads = ("'Dummy-52' " + OUTSIDE,)
     assert verdicts.decide(CASE, PREPARED, run).verdict is Verdict.PASS
 
 

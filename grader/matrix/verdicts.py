@@ -26,6 +26,7 @@ import torch
 
 from grader.pack import Case, Prepared
 from grader.results import Verdict
+from grader.runtimes import OUTSIDE
 from grader.runtimes.torchdist.runs import CaseRun, RankReport, explains
 
 _STATUS_VERDICT = {
@@ -142,11 +143,11 @@ def judged(decision: Decision, verdict: tuple[str, str] | None) -> Decision:
 def threads_left(run: CaseRun) -> str:
     """The threads the case left running in its ranks' processes ("" when none), each named as the
     rank names it: ``rank 0: 'warmup' at collectives.py:21 in _warm_up``.  The count is the session's,
-    from /proc; only the names are the ranks' words."""
+    from /proc; the ranks' names say which, and none in the student's code charges nothing."""
     if not run.threads_left:
         return ""
     named = {rep.rank: rep.threads for rep in run.ranks}
-    if not any("outside the" not in name for names in named.values() for name in names):
+    if not any(OUTSIDE not in name for names in named.values() for name in names):
         # Counted, but no thread the ranks can see runs the submission's code: a thread of Python's or
         # torch's own on its way out (CI saw HW12's 'Dummy-52' charged on a loaded machine).  The group
         # is still replaced; only a thread in the student's code is charged.

@@ -66,6 +66,11 @@ class RankSide:
         return side
 
 
+#: where :func:`student_line` finds no frame of the student's: said of a thread, and what tells the session a
+#: counted thread is not the submission's to be charged for (``grader.matrix.verdicts.threads_left``)
+OUTSIDE = "outside the student's code"
+
+
 def student_line(frame: FrameType | None, sandbox: str) -> str:
     """Where a thread is in the student's code, from its innermost ``frame`` outward:
     ``at collectives.py:22 in _spin`` ("" when none of its frames is the student's).  What a student

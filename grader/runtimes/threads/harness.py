@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from grader.runtimes import StuckThreads, student_line
+from grader.runtimes import OUTSIDE, StuckThreads, student_line
 
 DEADLOCK_S = 1.5  # unchanged lines and no CPU for this long: a deadlock
 POLL_S = 0.05
@@ -176,7 +176,7 @@ def _where(thread: threading.Thread, sandbox: str) -> str:
         while inner.f_back is not None and inner.f_back.f_code.co_filename == threading.__file__:
             inner = inner.f_back
         waiting = f" (waiting in {inner.f_code.co_name})"
-    return (student_line(frame, sandbox) or "is outside the student's code") + waiting
+    return (student_line(frame, sandbox) or "is " + OUTSIDE) + waiting
 
 
 def _where_all(threads: list[threading.Thread], sandbox: str, names: dict[int | None, str]) -> str:

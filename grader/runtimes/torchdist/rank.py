@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from grader.runtimes import BadReturn, StuckThreads, student_line
+from grader.runtimes import OUTSIDE, BadReturn, StuckThreads, student_line
 from grader.runtimes.torchdist import guard, replies
 from grader.runtimes.torchdist.torchrun_env import torchrun_env
 from grader.sandbox import audit, descriptors, isolation, reaping, syscalls, wire
@@ -413,12 +413,12 @@ def _run_case(frame: wire.Frame, student: Student, rank_guard: guard.Guard, setu
 
 def _threads_since(before: set[int], sandbox: str) -> list[str]:
     """The threads running now that were not ``before`` the case, as a student finds them in their code
-    (``'Thread-1 (_spin)' at collectives.py:22 in _spin``).  They only name what the session counts
-    from /proc, which decides the verdict."""
+    (``'Thread-1 (_spin)' at collectives.py:22 in _spin``).  The session counts them from /proc; these
+    names say which they are, and whether one runs the student's code (only such a one is charged)."""
     names = {t.ident: t.name for t in threading.enumerate()}
     left = []
     for ident, frame in sys._current_frames().items():
         if ident not in before:
-            where = student_line(frame, sandbox) or "outside the submission's code"
+            where = student_line(frame, sandbox) or OUTSIDE
             left.append(f"{names.get(ident, 'a thread')!r} {where}")
     return left[: replies.MAX_THREADS]
