@@ -29,7 +29,7 @@ from junitparser import Failure, JUnitXml, Properties, Property, TestCase, TestS
 from grader import runtimes
 from grader.errors import GraderError
 from grader.matrix import timeline
-from grader.matrix.host import Host
+from grader.matrix.host import Host, HostProcess
 from grader.matrix.plugin import CONFIG_ENV, PARENT_ENV, STARTED, MatrixConfig
 from grader.pack import AssignmentPack, load_pack
 from grader.results import Verdict
@@ -210,7 +210,7 @@ def _session(
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON")) and k != SALT_ENV},
         CONFIG_ENV: str(cfg),
-        PARENT_ENV: str(os.getpid()),
+        PARENT_ENV: str(os.getpid()),  # a host forked by a host server has that server for parent instead
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         "PYTHONNOUSERSITE": "1",
         "PYTHONSAFEPATH": "1",
@@ -218,12 +218,13 @@ def _session(
         # install compile the grader from source again (0.3-0.6 s a grading; issue 23)
         **NUMERICS_ENV,  # the expected values' numbers are computed as the ranks' are
     }
+    proc: HostProcess
     with contextlib.ExitStack() as stack:
         if host is not None:
             host = host.for_pack(pack.rank_side)
             stack.callback(host.close)
             host.preload(pack.rank_side)
-            proc, log = host.begin(args, env, str(home)), host.log
+            proc, log = host.begin(args, {**env, PARENT_ENV: str(host.parent)}, str(home)), host.log
         else:
             log = stack.enter_context(tempfile.TemporaryFile())
             cmd = [sys.executable, "-m", "pytest", *args]
@@ -240,7 +241,7 @@ def _session(
         return code, _tail(log, 20000)
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
+def _wait(proc: HostProcess, timeout_s: float) -> int:
     """``proc.wait(timeout_s)``, woken by the session's exit itself where Linux gives a pidfd.
 
     Popen's own wait with a timeout sleeps in steps that grow to 50 ms, so the grading saw its
@@ -266,7 +267,7 @@ def _tail(log: IO[bytes], size: int) -> str:
     return log.read().decode(errors="replace")
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> int:
+def _stop(proc: HostProcess) -> int:
     """End the session: SIGTERM lets it close its groups (namespaces, cgroups, files), then SIGKILL.
     Whatever it leaves dies with it: the zygote and every group's leader have it as PDEATHSIG."""
     if not hasattr(os, "killpg"):  # Windows: no process group; the session's ranks watch it and exit

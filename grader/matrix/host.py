@@ -36,19 +36,38 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from grader.runtimes import RankSide
 
+if TYPE_CHECKING:
+    from grader.matrix.warm import HostServer
+
 MAX_REQUEST = 1 << 20
+
+
+class HostProcess(Protocol):
+    """What the runner uses of a host's process: a cold host's ``subprocess.Popen``, or a forked one's
+    ``warm.ServedProcess``.  Either leads its own process group (its pid is the group's)."""
+
+    pid: int
+    returncode: int | Any
+    args: Any
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def kill(self) -> None: ...
 
 
 class Host:
     """The runner's handle on one session's host: started before the grading knows its pack, told the
     pack (:meth:`preload`), then the session (:meth:`begin`), or closed unused (:meth:`close`)."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], control: int, log: IO[bytes], env: dict[str, str]) -> None:
+    def __init__(self, proc: HostProcess, control: int, log: IO[bytes], env: dict[str, str], parent: int) -> None:
         self.proc = proc
+        self.parent = parent  # the process it dies with: this one, or the host server that forked it
         self.log = log  # the host's and then the session's output: an unnamed file, gone when closed
         self.env = env  # what it started with: a spare started under another environment is not taken
         self.told: RankSide | None = None  # the pack it preloads (:meth:`preload`)
@@ -63,31 +82,37 @@ class Host:
 
     @classmethod
     def start(cls) -> Host:
+        """A new host: forked by this process's host server where :func:`keep_spare` keeps one
+        (``grader.matrix.warm``), else started cold."""
         from grader.runtimes.torchdist.zygote import scrubbed_environment
 
         env = scrubbed_environment()
         log = tempfile.TemporaryFile()  # noqa: SIM115 (the host's to close: Host.close)
         control, request = os.pipe()
-        cmd = [sys.executable, "-I", "-m", "grader.matrix.host", "--runner", str(os.getpid())]
-        cmd += ["--control", str(control)]
         try:
-            proc = subprocess.Popen(
-                cmd,
-                cwd="/",
-                env=env,
-                pass_fds=[control],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            server = _SPARE.server(env)
+            proc: HostProcess | None = server.fork(control, log) if server is not None else None
+            server = server if proc is not None else None
+            if proc is None:
+                cmd = [sys.executable, "-I", "-m", "grader.matrix.host", "--runner", str(os.getpid())]
+                cmd += ["--control", str(control)]
+                proc = subprocess.Popen(
+                    cmd,
+                    cwd="/",
+                    env=env,
+                    pass_fds=[control],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         except BaseException:
             os.close(request)
             log.close()
             raise
         finally:
             os.close(control)
-        return cls(proc, request, log, env)
+        return cls(proc, request, log, env, os.getpid() if server is None else server.proc.pid)
 
     def preload(self, side: RankSide) -> None:
         """The pack's rank side (its runtime's modules, its bodies, where a pack that is not installed
@@ -110,7 +135,7 @@ class Host:
         self.close()
         return Host.start()
 
-    def begin(self, argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen[bytes]:
+    def begin(self, argv: list[str], env: dict[str, str], cwd: str) -> HostProcess:
         """The session's pytest arguments, environment and directory: the host, its zygote forked,
         becomes the session."""
         self._send(json.dumps({"argv": argv, "env": env, "cwd": cwd}).encode())
@@ -146,9 +171,10 @@ class _Spare:
     nothing a grading sees; it dies with this process like any host."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # take() starts a host, which asks server() under it
         self._wanted: list[tuple[bool, bool]] = []  # keep_spare's blocks (on, one_pack), innermost last: it decides
         self._host: Host | None = None
+        self._server: HostServer | None = None  # what Host.start forks hosts from, while kept
         self._last: RankSide | None = None  # the pack the last grading preloaded
 
     def take(self) -> Host:
@@ -168,6 +194,27 @@ class _Spare:
     def spare(self) -> Host | None:
         with self._lock:
             return self._host
+
+    def server(self, env: dict[str, str]) -> HostServer | None:
+        """The host server new hosts are forked from while a block keeps spares: started (on the main
+        thread only, for its PDEATHSIG) when there is none, or when the one there died or started
+        under another environment."""
+        from grader.matrix.warm import HostServer
+
+        with self._lock:
+            on = bool(self._wanted) and self._wanted[-1][0]
+            server = self._server
+            if not on or (server is not None and server.alive() and server.env == env):
+                return server if on else None
+            if threading.current_thread() is not threading.main_thread():
+                return None
+            self._server = None
+        if server is not None:
+            server.close()
+        started = HostServer.start(env)
+        with self._lock:
+            self._server = started
+        return started
 
     def expect(self, side: RankSide) -> None:
         """A grading preloads this pack: when the grading before did too, or the block says every grading
@@ -199,8 +246,11 @@ class _Spare:
     def _drop(self) -> None:
         with self._lock:
             host, self._host = self._host, None
+            server, self._server = self._server, None
         if host is not None:
             host.close()
+        if server is not None:
+            server.close()
 
 
 _SPARE = _Spare()
@@ -221,15 +271,30 @@ def keep_spare(on: bool = True, *, one_pack: bool = False) -> contextlib.Abstrac
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runner", type=int, required=True, help="the runner's pid: this process dies with it")
-    parser.add_argument("--control", type=int, required=True, help="the pipe the pack and the session come on")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--control", type=int, help="the pipe the pack and the session come on")
+    what.add_argument("--serve", type=int, help="be the runner's host server (grader.matrix.warm) on this socket")
     args = parser.parse_args()
-    from grader.runtimes.torchdist import heap, zygote
-    from grader.runtimes.torchdist.zygote import ZYGOTE_ENV
+    from grader.runtimes.torchdist import zygote
     from grader.sandbox.parent import die_with_parent
 
     die_with_parent(args.runner, signal.SIGKILL)
     zygote.preload_runtime()
-    control = os.fdopen(args.control, "rb")
+    if args.serve is not None:
+        from grader.matrix import warm
+
+        warm.serve(socket.socket(fileno=args.serve), _become_host)
+    _become_host(args.control)
+
+
+def _become_host(control_fd: int) -> None:
+    """Steps 2-4 of the module's docstring, the runtime imported: in a host started cold, or in one a
+    host server forked (``grader.matrix.warm``)."""
+    from grader.runtimes.torchdist import heap, zygote
+    from grader.runtimes.torchdist.zygote import ZYGOTE_ENV
+    from grader.sandbox.parent import die_with_parent
+
+    control = os.fdopen(control_fd, "rb")
     side = _preface(control)
     zygote.preload_pack(side)
     session, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
