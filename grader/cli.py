@@ -251,11 +251,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from grader.matrix.host import attach_server
     from grader.sandbox.parent import DIE_WITH_PARENT_ENV, die_with_parent
 
     parent = os.environ.pop(DIE_WITH_PARENT_ENV, "")  # set by `grader batch` for the grades it starts
     if parent.isdigit():
         die_with_parent(int(parent), signal.SIGTERM)
+    attach_server()  # `grader batch` hands its grades a connection to its warm host server
     try:
         resolve_rubric(args)
         return _dispatch(args)

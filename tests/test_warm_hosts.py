@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -90,3 +92,48 @@ def test_a_dead_server_is_replaced_and_costs_no_grade(started: list[Host]) -> No
         assert grade(TOY / "submission", RUBRIC).score == alone
         (replacement,) = _servers()
         assert replacement != server
+
+
+CHILD = """
+import sys, time
+from grader.matrix.host import Host, attach_server
+attach_server()
+host = Host.start()
+print(host.proc.pid, host.parent, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_host_forked_for_another_process_ends_when_that_process_dies() -> None:
+    """``grader batch`` hands each of its grades a connection to its server: a grade killed on timeout
+    (its process group, which its hosts are not in) must not leave its hosts running."""
+    from grader.matrix.host import SERVER_ENV
+    from grader.matrix.warm import HostServer
+    from grader.runtimes.torchdist.zygote import scrubbed_environment
+
+    server = HostServer.start(scrubbed_environment())
+    try:
+        with server.connect() as conn:
+            env = {**os.environ, SERVER_ENV: server.described(conn)}
+            child = subprocess.Popen(
+                [sys.executable, "-c", CHILD], env=env, pass_fds=[conn.fileno()], stdout=subprocess.PIPE
+            )
+        assert child.stdout is not None
+        host, parent = map(int, child.stdout.readline().split())
+        assert parent == server.pid and _parent(host) == server.pid  # forked by the server, not started cold
+        child.kill()
+        child.wait()
+        deadline = time.monotonic() + 10
+        while _running(host) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(host)
+        assert server.alive()  # the server serves on
+    finally:
+        server.close()
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

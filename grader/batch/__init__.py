@@ -40,7 +40,7 @@ from grader import late
 from grader.batch.cache import KEY_FILE, read_json
 from grader.batch.cluster import MAX_IN_FLIGHT, ClusterGrader, connect, parse_cluster
 from grader.batch.roster import Student, load_roster
-from grader.batch.workers import GRADED_DIR, Grader, grade_all, load_outcome
+from grader.batch.workers import GRADED_DIR, Grader, grade_all, load_outcome, warm_hosts
 from grader.errors import UserError, environment_fault
 from grader.gradebook import (
     BATCH_FLAGS,
@@ -142,7 +142,9 @@ def run_batch(
         stream = progress or sys.stderr
         fingerprinted: dict[str, Fingerprinted] = {}
         if spec is None:
-            grade_all(gradable, Grader(*settings), jobs, stream)
+            local = Grader(*settings)
+            with warm_hosts(bool(gradable) and backend == "local" and grade_cmd is None) as local.hosts:
+                grade_all(gradable, local, jobs, stream)
         elif gradable:
             task = _similarity_task(loaded, boilerplate) if similarity else None
             with connect(spec, cluster_config, len(gradable), stream) as client:

@@ -15,24 +15,30 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from grader.batch.cache import KEY_FILE, cached, read_json, submission_key
 from grader.batch.roster import Student
 from grader.errors import UserError, environment_fault
 from grader.gradebook import CACHE_UNTRUSTED, EMPTY, GRADED, GRADER_ERROR, NO_SUBMISSION, TIMEOUT, UNREADABLE
+from grader.matrix.host import SERVER_ENV
 from grader.render.outputs import write_text
 from grader.results import GradeResult, TimeSource
 from grader.rubric import Rubric
 from grader.salt import SALT_ENV
 from grader.sandbox.parent import DIE_WITH_PARENT_ENV
 from grader.seal import seal
+
+if TYPE_CHECKING:
+    from grader.matrix.warm import HostServer
 
 KILL_GRACE_S = 10.0  # between SIGINT and SIGKILL when a grade is ended
 LOG_TAIL = 2000  # characters of grade.log quoted as the message of a failed grade
@@ -93,6 +99,7 @@ class Grader:
         self.rubric_file = rubric_file  # --rubric, kept apart: a cluster without shared files is sent its text
         self.salt = salt  # --secret-file's salt: given to each grade in its environment, never its argv
         self.seal_key = seal_key  # the instructor's HMAC key for the cache (grader.seal)
+        self.hosts: HostServer | None = None  # each grade's session hosts are forked from it (warm_hosts)
         self._running: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
         self._stopping = False
@@ -155,7 +162,7 @@ class Grader:
         with log_path.open("wb") as log, self._lock:
             if self._stopping:
                 raise KeyboardInterrupt
-            proc = start_grade(cmd, log, self.salt)
+            proc = start_grade(cmd, log, self.salt, self.hosts)
             self._running[proc.pid] = proc
         try:
             outcome = wait_grade(proc, self.timeout)
@@ -184,16 +191,46 @@ def grade_argv(command: list[str], source: str, out: Path, options: list[str], s
     return cmd
 
 
-def start_grade(cmd: list[str], log: io.BufferedWriter, salt: str | None) -> subprocess.Popen[bytes]:
+def start_grade(
+    cmd: list[str], log: io.BufferedWriter, salt: str | None, hosts: HostServer | None = None
+) -> subprocess.Popen[bytes]:
     """Start a grade in a session of its own, so that on timeout the whole group (ranks, pytest,
     docker client) dies; it dies with this process too.  The salt travels in the environment, which
-    no other user can read, never on the command line."""
+    no other user can read, never on the command line.  ``hosts``: the grade forks its session hosts
+    from this server, over a connection of its own, whose end ends them too."""
     env = {**os.environ, DIE_WITH_PARENT_ENV: str(os.getpid())}
     if salt:
         env[SALT_ENV] = salt
-    return subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
-    )
+    with contextlib.ExitStack() as stack:
+        if hosts is not None:
+            conn = stack.enter_context(hosts.connect())  # ours closed once the grade holds its copy
+            env[SERVER_ENV] = hosts.described(conn)
+        return subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+            pass_fds=[conn.fileno()] if hosts is not None else (),
+        )
+
+
+@contextlib.contextmanager
+def warm_hosts(enabled: bool) -> Iterator[HostServer | None]:
+    """A host server for a batch's grades on this machine (``grader.matrix.warm``): torch imported once,
+    not once per student.  ``enabled`` where they grade with the real grader here, on Linux."""
+    if not enabled or not sys.platform.startswith("linux"):
+        yield None
+        return
+    from grader.matrix.warm import HostServer
+    from grader.runtimes.torchdist.zygote import scrubbed_environment
+
+    server = HostServer.start(scrubbed_environment())
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 def wait_grade(proc: subprocess.Popen[bytes], timeout: float) -> Outcome:

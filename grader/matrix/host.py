@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from grader.matrix.warm import HostServer
 
 MAX_REQUEST = 1 << 20
+SERVER_ENV = "GRADER_HOST_SERVER"  # "fd:pid": a connection to the host server of the process that started this one
 
 
 class HostProcess(Protocol):
@@ -112,7 +113,7 @@ class Host:
             raise
         finally:
             os.close(control)
-        return cls(proc, request, log, env, os.getpid() if server is None else server.proc.pid)
+        return cls(proc, request, log, env, os.getpid() if server is None else server.pid)
 
     def preload(self, side: RankSide) -> None:
         """The pack's rank side (its runtime's modules, its bodies, where a pack that is not installed
@@ -175,6 +176,7 @@ class _Spare:
         self._wanted: list[tuple[bool, bool]] = []  # keep_spare's blocks (on, one_pack), innermost last: it decides
         self._host: Host | None = None
         self._server: HostServer | None = None  # what Host.start forks hosts from, while kept
+        self._attached: HostServer | None = None  # a server another process started (attach_server)
         self._last: RankSide | None = None  # the pack the last grading preloaded
 
     def take(self) -> Host:
@@ -196,12 +198,15 @@ class _Spare:
             return self._host
 
     def server(self, env: dict[str, str]) -> HostServer | None:
-        """The host server new hosts are forked from while a block keeps spares: started (on the main
+        """The host server new hosts are forked from: the one this process was handed (:func:`attach_server`)
+        while it lives, else, while a block keeps spares, this process's own, started (on the main
         thread only, for its PDEATHSIG) when there is none, or when the one there died or started
         under another environment."""
         from grader.matrix.warm import HostServer
 
         with self._lock:
+            if self._attached is not None:
+                return self._attached if self._attached.alive() and self._attached.env == env else None
             on = bool(self._wanted) and self._wanted[-1][0]
             server = self._server
             if not on or (server is not None and server.alive() and server.env == env):
@@ -266,6 +271,19 @@ def keep_spare(on: bool = True, *, one_pack: bool = False) -> contextlib.Abstrac
     so the spare is told it as soon as the first grading preloads it: the first re-grade finds its
     zygote ready too, not only the later ones."""
     return _SPARE.kept(on, one_pack)
+
+
+def attach_server() -> None:
+    """Fork this process's hosts from the host server its starter handed it a connection to (``grader
+    batch``, :data:`SERVER_ENV`), for its whole life.  The variable is taken out of the environment,
+    so nothing this process starts inherits it; the connection itself is inherited by nothing (Python
+    opens descriptors non-inheritable, and the server's hosts close it)."""
+    described = os.environ.pop(SERVER_ENV, "")
+    if described:
+        from grader.matrix.warm import HostServer
+        from grader.runtimes.torchdist.zygote import scrubbed_environment
+
+        _SPARE._attached = HostServer.attach(described, scrubbed_environment())
 
 
 def main() -> None:

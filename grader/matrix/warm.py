@@ -41,7 +41,7 @@ class ServedProcess:
 
     def __init__(self, server: HostServer, pid: int) -> None:
         self.pid = pid
-        self.args = ["grader.matrix.host", f"forked by {server.proc.pid}"]
+        self.args = ["grader.matrix.host", f"forked by {server.pid}"]
         self.returncode: int | None = None
         self._server = server
 
@@ -64,13 +64,18 @@ class ServedProcess:
 
 
 class HostServer:
-    """The runner's end of one server: :meth:`fork` a host, learn how it ended (:meth:`exit_code`),
-    :meth:`close`.  Safe to use from several threads; started only on the main thread (its PDEATHSIG
-    follows the thread that started it)."""
+    """One end of a connection to a server: :meth:`fork` a host, learn how it ended (:meth:`exit_code`),
+    :meth:`close`.  The runner that started the server (:meth:`start`: only on the main thread, its
+    PDEATHSIG follows the thread that started it) holds one; a process it handed a connection to
+    (:meth:`connect`, :meth:`attach`: a batch's ``grader grade``) holds another.  Safe to use from
+    several threads."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], sock: socket.socket, env: dict[str, str]) -> None:
-        self.proc = proc
+    def __init__(
+        self, pid: int, sock: socket.socket, env: dict[str, str], proc: subprocess.Popen[bytes] | None = None
+    ) -> None:
+        self.pid = pid  # the server's: the parent of every host it forks
         self.env = env  # what its hosts start with: a server of another environment is replaced
+        self.proc = proc  # the server's process, where this process started it
         self._sock = sock
         self._request = threading.Lock()  # one request and its reply at a time
         self._state = threading.Condition()
@@ -101,10 +106,41 @@ class HostServer:
             raise
         finally:
             theirs.close()
-        return cls(proc, ours, env)
+        return cls(proc.pid, ours, env, proc)
+
+    def connect(self) -> socket.socket:
+        """A connection of its own for another process (passed to it, then closed here; that process
+        :meth:`attach` es it): the hosts forked for it end when it closes, however it ends."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            with self._request:
+                socket.send_fds(self._sock, [b"client"], [theirs.fileno()])
+        except OSError:
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+        return mine
+
+    @classmethod
+    def attach(cls, described: str, env: dict[str, str]) -> HostServer | None:
+        """The connection :meth:`connect` made for this process, as :meth:`described` it (None when
+        the description is not one)."""
+        fd, _, pid = described.partition(":")
+        if not (fd.isdigit() and pid.isdigit()):
+            return None
+        try:
+            sock = socket.socket(fileno=int(fd))
+        except OSError:
+            return None
+        return cls(int(pid), sock, env)
+
+    def described(self, conn: socket.socket) -> str:
+        """What a process given ``conn`` (:meth:`connect`) is told in its environment: ``fd:server``."""
+        return f"{conn.fileno()}:{self.pid}"
 
     def alive(self) -> bool:
-        return self.proc.poll() is None and not self._gone
+        return not self._gone and (self.proc is None or self.proc.poll() is None)
 
     def fork(self, control: int, log: IO[bytes]) -> ServedProcess | None:
         """A new host reading ``control`` and writing ``log``; None when the server is gone (the caller
@@ -127,15 +163,19 @@ class HostServer:
             if pid in self._ended:
                 return self._ended.pop(pid)
         # a dead server's hosts are killed with it, though its socket may not have said so yet
-        return -signal.SIGKILL if self._gone or self.proc.poll() is not None else None
+        return -signal.SIGKILL if not self.alive() else None
 
     def close(self) -> None:
-        """End the server, and with it every host it forked that is still running."""
-        self._sock.close()  # with the reader's recv failing, _gone is set
-        if self.proc.poll() is None:
+        """Close this connection, and with it every host forked for it that is still running; where
+        this process started the server, end the server too."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the reader's recv (a close would not) and tells the server
+        self._sock.close()
+        if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
+        if self.proc is not None:
+            self.proc.wait()
         self._reader.join()
 
     def _read(self) -> None:
@@ -160,61 +200,93 @@ class HostServer:
 def serve(sock: socket.socket, become_host: Any) -> None:
     """The server's loop, after ``zygote.preload_runtime``: fork a host per request, and report each
     one's end.  ``become_host(control_fd)`` is what the forked child runs (never returns)."""
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the wake-up byte is written
-    server = os.getpid()
-    while True:
-        ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
-        if wake_r in ready:
-            os.read(wake_r, 4096)
-            _reap(sock)
-        if sock.fileno() not in ready:
-            continue
+    _Server(sock, become_host).run()
+
+
+class _Server:
+    """The server's side.  ``owner`` is the connection of the runner that started it: it may also hand
+    over a connection of its own making (``b"client"``, one socket), for a process of its own, one
+    ``grader grade`` of a batch (:meth:`HostServer.connect`).  Each connection is answered on itself,
+    and a client's hosts end with its connection: a grade that dies takes its hosts with it."""
+
+    def __init__(self, owner: socket.socket, become_host: Any) -> None:
+        self.owner = owner
+        self.become_host = become_host
+        self.clients: dict[int, socket.socket] = {owner.fileno(): owner}
+        self.hosts: dict[int, int] = {}  # host pid -> the connection (fd) it was forked for
+        self.pid = os.getpid()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+
+    def run(self) -> None:
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the wake-up byte is written
+        while True:
+            ready, _, _ = select.select([*self.clients, self.wake_r], [], [])
+            if self.wake_r in ready:
+                os.read(self.wake_r, 4096)
+                self._reap()
+            for conn in [self.clients[fd] for fd in ready if fd in self.clients]:
+                if self.clients.get(conn.fileno()) is conn:  # not hung up meanwhile, its number reused
+                    self._request(conn)
+
+    def _request(self, conn: socket.socket) -> None:
         try:
-            message, fds, _, _ = socket.recv_fds(sock, 16, 2)
+            message, fds, _, _ = socket.recv_fds(conn, 16, 2)
         except OSError:
-            os._exit(0)
+            message, fds = b"", []
         if not message:
-            os._exit(0)  # the runner closed its end
-        if message != b"fork" or len(fds) != 2:
+            self._hang_up(conn)
+        elif message == b"fork" and len(fds) == 2:
+            self._reply(conn, {"pid": self._fork(*fds)})
+        elif message == b"client" and len(fds) == 1 and conn is self.owner:
+            self.clients[fds[0]] = socket.socket(fileno=fds[0])
+        else:
             for fd in fds:
                 os.close(fd)
-            continue
-        control, log = fds
+
+    def _fork(self, control: int, log: int) -> int:
         pid = os.fork()
         if pid == 0:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            for fd in (wake_r, wake_w, sock.detach()):
-                os.close(fd)
+            for fd in (self.wake_r, self.wake_w, *(conn.detach() for conn in self.clients.values())):
+                os.close(fd)  # a host holds no connection: not its own runner's, let alone another's
             os.setsid()  # its own process group, which the runner ends it by, as a cold host's
             os.dup2(log, 1)
             os.dup2(log, 2)
             os.close(log)
             from grader.sandbox.parent import die_with_parent
 
-            die_with_parent(server, signal.SIGKILL)
-            become_host(control)
+            die_with_parent(self.pid, signal.SIGKILL)
+            self.become_host(control)
         os.close(control)
         os.close(log)
-        _reply(sock, {"pid": pid})
+        return pid
 
+    def _hang_up(self, conn: socket.socket) -> None:
+        if conn is self.owner:
+            os._exit(0)  # the runner is gone: so are its hosts (PDEATHSIG), and so is this server
+        fd = conn.fileno()
+        for pid in [pid for pid, owner in self.hosts.items() if owner == fd]:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)  # its session's whole group: the zygote dies with the host
+            del self.hosts[pid]
+        del self.clients[fd]
+        conn.close()
 
-def _reap(sock: socket.socket) -> None:
-    while True:
+    def _reap(self) -> None:
+        from grader.sandbox.reaping import ended_children
+
+        for pid, status in ended_children():
+            fd = self.hosts.pop(pid, None)
+            if fd is not None and fd in self.clients:
+                self._reply(self.clients[fd], {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    def _reply(self, conn: socket.socket, reply: dict[str, int]) -> None:
+        if "pid" in reply:
+            self.hosts[reply["pid"]] = conn.fileno()
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        _reply(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
-
-
-def _reply(sock: socket.socket, reply: dict[str, int]) -> None:
-    try:
-        sock.send(json.dumps(reply).encode())
-    except OSError:
-        os._exit(0)  # the runner is gone: so are its hosts (PDEATHSIG), and so is this server
+            conn.send(json.dumps(reply).encode())
+        except OSError:
+            self._hang_up(conn)

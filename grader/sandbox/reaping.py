@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 
 
 def pids() -> list[int]:
@@ -42,6 +43,19 @@ def descendants(ancestor: int, spare: frozenset[int] = frozenset()) -> dict[int,
                 found[pid] = (state, ppid)
                 frontier.append(pid)
     return found
+
+
+def ended_children() -> Iterator[tuple[int, int]]:
+    """(pid, wait status) of each child of this process that has ended, reaped, without waiting for
+    one that has not (a fork server's loop, woken by SIGCHLD)."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        yield pid, status
 
 
 def end_strays(deadline_s: float = 1.0) -> None:
