@@ -87,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("roster", type=Path, help="directory of submissions, or CSV student,path_or_url")
     batch.add_argument("--out", type=Path, required=True)
     batch.add_argument("--jobs", type=int, default=2)
+    batch.add_argument(
+        "--cold-hosts",
+        action="store_true",
+        help="start every grade's session host cold (Python and torch each time) rather than forking it "
+        "from one warm host server: to measure the difference, or to rule the server out",
+    )
     batch.add_argument("--backend", choices=("local", "docker"), default="local")
     batch.add_argument("--image", default="grader:local")
     add_rubric_options(batch)

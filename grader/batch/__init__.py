@@ -79,6 +79,7 @@ def run_batch(
     out: Path,
     *,
     jobs: int = 2,
+    cold_hosts: bool = False,
     backend: str = "local",
     image: str = "grader:local",
     rubric: Path | None = None,
@@ -104,6 +105,7 @@ def run_batch(
     ``similarity`` runs the copy check over the roster after the grading, into ``out/similarity/``; on
     a cluster each student a worker grades is fingerprinted on that worker (``grader.similarity.remote``).
     ``seal_key`` is the file of the key the cache is sealed with (``grader.seal.key_path``).
+    ``cold_hosts``: no warm host server for the grades here (``workers.warm_hosts``).
     """
     if jobs < 1:
         raise UserError("--jobs must be at least 1")
@@ -143,7 +145,8 @@ def run_batch(
         fingerprinted: dict[str, Fingerprinted] = {}
         if spec is None:
             local = Grader(*settings)
-            with warm_hosts(bool(gradable) and backend == "local" and grade_cmd is None) as local.hosts:
+            warm = bool(gradable) and backend == "local" and grade_cmd is None and not cold_hosts
+            with warm_hosts(warm) as local.hosts:
                 grade_all(gradable, local, jobs, stream)
         elif gradable:
             task = _similarity_task(loaded, boilerplate) if similarity else None
@@ -302,6 +305,7 @@ def main(args: argparse.Namespace) -> int:
             args.roster,
             args.out,
             jobs=args.jobs,
+            cold_hosts=args.cold_hosts,
             backend=args.backend,
             image=args.image,
             rubric=args.rubric,
