@@ -134,18 +134,32 @@ for entry in "${ordered[@]}"; do
     fi
     grade "$name" "$submission" "${entry#*=}" "${args[@]}"
 done
-for pid in "${gradings[@]}"; do wait "$pid" 2>/dev/null || true; done
-rm -rf "$repo" "$(dirname "$a4zip")"
 # GitHub Classroom's own path, for every pack: its template's workflow step verbatim, under Docker's default
 # seccomp profile (no pivot_root there: the A9 reference once scored 20/100 that way while every grading
 # above passed), grading the reference and the untouched template as a student's checkout, then the step's
-# output read as the reporter reads it, whose points must be the grader's.
+# output read as the reporter reads it, whose points must be the grader's.  In the same two slots as the
+# gradings above: one at a time, the other slot sat idle for about a minute and a half.
+doors=()  # PACK:TREE:SCORE of every door grading started, its log and failure marker under $OUT/door-<n>
 for door in a9:reference/a9:105+5 a4:reference/a4:100+0 hw12:reference/hw12:6.5+0 a5:reference/a5:90+0 \
     a9:student_template/a9:0+0 a4:student_template/a4:0+0 hw12:student_template/hw12:0+0 a5:student_template/a5:0+0; do
     IFS=: read -r pack tree score <<<"$door"
+    while [[ $(running) -ge $PARALLEL ]]; do wait -n "${gradings[@]}" 2>/dev/null || true; done
     say "grading $tree as the $pack template's Classroom workflow step runs it"
-    "$PYTHON" "$ROOT/scripts/bench-classroom.py" --image "$IMAGE" --pack "$pack" --submission "$tree" --expect "$score" \
-        || problems+=("the $pack Classroom workflow's step does not grade $tree $score, or the reporter's points differ")
+    log=$OUT/door-${#doors[@]}
+    doors+=("$door")
+    rm -f "$log.log" "$log.failed"
+    ("$PYTHON" "$ROOT/scripts/bench-classroom.py" --image "$IMAGE" --pack "$pack" --submission "$tree" --expect "$score" \
+        >"$log.log" 2>&1 || echo "$?" >"$log.failed") &
+    gradings+=("$!")
+done
+for pid in "${gradings[@]}"; do wait "$pid" 2>/dev/null || true; done
+rm -rf "$repo" "$(dirname "$a4zip")"
+for n in "${!doors[@]}"; do
+    IFS=: read -r pack tree score <<<"${doors[$n]}"
+    cat "$OUT/door-$n.log" >&2
+    if [[ -f $OUT/door-$n.failed ]]; then
+        problems+=("the $pack Classroom workflow's step does not grade $tree $score, or the reporter's points differ")
+    fi
 done
 checks=()
 for job in "${graded[@]}"; do
