@@ -138,10 +138,11 @@ done
 # seccomp profile (no pivot_root there: the A9 reference once scored 20/100 that way while every grading
 # above passed), grading the reference and the untouched template as a student's checkout, then the step's
 # output read as the reporter reads it, whose points must be the grader's.  In the same two slots as the
-# gradings above: one at a time, the other slot sat idle for about a minute and a half.
+# gradings above: one at a time, the other slot sat idle for about a minute and a half.  HW12's template
+# first: its grading mostly waits (each case runs into its budget), and last it ran on alone.
 doors=()  # PACK:TREE:SCORE of every door grading started, its log and failure marker under $OUT/door-<n>
-for door in a9:reference/a9:105+5 a4:reference/a4:100+0 hw12:reference/hw12:6.5+0 a5:reference/a5:90+0 \
-    a9:student_template/a9:0+0 a4:student_template/a4:0+0 hw12:student_template/hw12:0+0 a5:student_template/a5:0+0; do
+for door in hw12:student_template/hw12:0+0 a9:reference/a9:105+5 a4:reference/a4:100+0 hw12:reference/hw12:6.5+0 \
+    a5:reference/a5:90+0 a9:student_template/a9:0+0 a4:student_template/a4:0+0 a5:student_template/a5:0+0; do
     IFS=: read -r pack tree score <<<"$door"
     while [[ $(running) -ge $PARALLEL ]]; do wait -n "${gradings[@]}" 2>/dev/null || true; done
     say "grading $tree as the $pack template's Classroom workflow step runs it"
