@@ -17,7 +17,7 @@ import pytest
 
 from grader.matrix.host import Host, keep_spare
 from grader.pipeline import grade
-from tests.processes import listdir
+from tests.processes import descendants, listdir
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux sandbox's session host")
 
@@ -32,32 +32,11 @@ def no_outer_spare() -> Iterator[None]:
         yield
 
 
-def _children(pid: int) -> set[int]:
-    """A process's children, from every one of its threads."""
-    found = set()
-    for task in listdir(f"/proc/{pid}/task"):
-        try:
-            found |= {int(child) for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()}
-        except OSError:
-            continue  # the thread, or the process, is gone
-    return found
-
-
-def _descendants() -> set[int]:
-    """This process's children, theirs (a host server's hosts), and so on."""
-    found, todo = set(), [os.getpid()]
-    while todo:
-        new = _children(todo.pop()) - found
-        found |= new
-        todo += new
-    return found
-
-
 def _hosts() -> set[int]:
     """This process's descendants that are session hosts or host servers (``python -m grader.matrix.host``).
     Only those: under xdist a worker has children of its own."""
     found = set()
-    for pid in _descendants():
+    for pid in descendants(os.getpid()):
         try:
             if b"grader.matrix.host" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 found.add(pid)
@@ -123,7 +102,7 @@ def test_turned_off_the_spare_is_closed_and_nothing_it_started_remains(started: 
     with keep_spare():
         grade(TOY / "submission", RUBRIC)
         (spare,) = (host for host in started if host.proc.poll() is None)  # the grading's own host has ended
-        assert spare.proc.pid in _descendants()  # ready for a next grading (forked by the host server)
+        assert spare.proc.pid in descendants(os.getpid())  # ready for a next grading (forked by the host server)
         with keep_spare(False):
             leaders = {host.proc.pid for host in started}
             assert all(host.proc.returncode is not None for host in started)

@@ -22,7 +22,8 @@ import pytest
 from grader.matrix.host import Host, keep_spare
 from grader.pipeline import grade
 from grader.salt import SALT_ENV
-from tests.test_spare_host import RUBRIC, TOY, _descendants, no_outer_spare, pytestmark
+from tests.processes import descendants
+from tests.test_spare_host import RUBRIC, TOY, no_outer_spare, pytestmark
 from tests.test_zygote import _memory_holds
 
 __all__ = ["no_outer_spare", "pytestmark"]  # each test starts from no spare and no server; Linux only
@@ -32,7 +33,7 @@ def _servers() -> list[int]:
     """This process's host servers: children started as ``grader.matrix.host --serve`` (the hosts they
     fork have the same command line, one generation down)."""
     found = []
-    for pid in _descendants():
+    for pid in descendants(os.getpid()):
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             if b"grader.matrix.host" in argv and b"--serve" in argv and _parent(pid) == os.getpid():
