@@ -11,7 +11,10 @@ would leave had it run).
 
 Beyond that, a hostile submission must not disturb anything else: the grader exits 0, every output
 is written and is valid UTF-8, the output stays small, no process the entry started survives, and a
-process of ours started before the run is still alive.
+process of ours started before the run is still alive.  Each ``grader grade`` forks its session hosts
+from this process's one warm host server, as a ``grader batch`` student's does (issue 41), and the
+last test grades honest work through that server after the whole corpus: it must be graded exactly
+as with no server at all.
 
 ``max_seconds`` is about ten times an entry's time on an idle 2-core machine and always below the
 rubric's ``total_timeout_s`` (600): a grading that only ends by running into its overall timeout fails.
@@ -35,12 +38,16 @@ from typing import Any
 
 import pytest
 
+from grader.matrix.host import kept_server, lend_server
+from grader.matrix.warm import HostServer
+
 CORPUS = Path(__file__).parent / "corpus" / "hostile"
 REPO = Path(__file__).resolve().parents[1]
 MARKER = b"hostile-corpus"  # in argv or /proc/<pid>/comm of every process an entry starts
 MAX_OUT_BYTES = 5 << 20
 EXIT_S = 10.0  # for processes already killed to leave the process table
 OUTPUTS = ("results.json", "junit.xml", "gradescope.json", "classroom.json", "summary.md")
+SERVERS: list[int] = []  # the host server each entry graded here forked its hosts from, in order
 ENTRIES = sorted(p.name for p in CORPUS.iterdir() if (p / "expected.json").is_file())
 
 
@@ -105,12 +112,9 @@ def grade_here(name: str, entry: Path, expected: dict[str, Any], out: Path, tmp_
     sentinel = subprocess.Popen(["sleep", "600"])
     try:
         try:
-            done = subprocess.run(
-                [sys.executable, "-m", "grader", *args],
-                cwd=REPO,
-                capture_output=True,
-                timeout=expected["max_seconds"],
-            )
+            server = kept_server()
+            SERVERS.append(server.pid if server is not None else 0)
+            done = grade_cli(args, expected["max_seconds"], server)
         except subprocess.TimeoutExpired:
             pytest.fail(f"{name}: grading took longer than {expected['max_seconds']} s (expected.json max_seconds)")
         stderr = done.stderr.decode(errors="replace")[-4000:]
@@ -125,6 +129,19 @@ def grade_here(name: str, entry: Path, expected: dict[str, Any], out: Path, tmp_
         if submission != entry:  # rm copes with a tree too deep for shutil.rmtree
             subprocess.run(["rm", "-rf", str(submission)], check=True)
     assert outlived(before) == [], f"{name}: processes outlived the grading"
+
+
+def grade_cli(args: list[str], timeout: float, server: HostServer | None) -> subprocess.CompletedProcess[bytes]:
+    """``python -m grader`` with ``args``, its hosts forked from ``server`` (None: started cold)."""
+    with lend_server(server) as (lent, fds):
+        return subprocess.run(
+            [sys.executable, "-m", "grader", *args],
+            cwd=REPO,
+            env={**os.environ, **lent},
+            pass_fds=fds,
+            capture_output=True,
+            timeout=timeout,
+        )
 
 
 def outlived(before: set[str]) -> list[str]:
@@ -154,3 +171,35 @@ def check_outputs(name: str, expected: dict[str, Any], out: Path) -> None:
         assert (out / output).stat().st_size <= bound, f"{name}: {output} holds {(out / output).stat().st_size} bytes"
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     assert size < MAX_OUT_BYTES, f"{name}: the output directory holds {size} bytes"
+
+
+def comparable(out: Path) -> dict[str, Any]:
+    """A grading's ``results.json`` without what varies between two gradings of the same files: the
+    stages' times and the order in which the ranks' messages happened to interleave."""
+    result: dict[str, Any] = json.loads((out / "results.json").read_text())
+    del result["timings"]
+    result["trace"] = {
+        case: {key: value for key, value in (trace or {}).items() if key != "events"}
+        for case, trace in result["trace"].items()
+    }
+    return result
+
+
+@pytest.mark.slow
+def test_honest_work_graded_after_the_corpus_through_the_same_server_is_graded_as_with_no_server(
+    tmp_path: Path,
+) -> None:
+    """Last in this module, so after every entry this worker graded here (the container stage's were
+    graded in containers of their own): whatever an entry left in the warm server it forked its hosts
+    from shows in the next student's results, which must be exactly a cold grading's (issue 41)."""
+    server = kept_server()
+    assert server is not None and server.alive()
+    assert SERVERS[-1:] in ([], [server.pid]), "the server the corpus was graded through is gone"
+    results = {}
+    for mode, lent in (("warm", server), ("cold", None)):
+        out = tmp_path / mode
+        done = grade_cli(["grade", str(REPO / "reference" / "a9"), "--out", str(out), "--format", "json"], 300, lent)
+        assert done.returncode == 0, done.stderr.decode(errors="replace")[-4000:]
+        results[mode] = comparable(out)
+    assert results["warm"]["score"] == 105
+    assert results["warm"] == results["cold"]

@@ -108,16 +108,15 @@ time.sleep(120)
 def test_a_host_forked_for_another_process_ends_when_that_process_dies() -> None:
     """``grader batch`` hands each of its grades a connection to its server: a grade killed on timeout
     (its process group, which its hosts are not in) must not leave its hosts running."""
-    from grader.matrix.host import SERVER_ENV
+    from grader.matrix.host import lend_server
     from grader.matrix.warm import HostServer
     from grader.runtimes.torchdist.zygote import scrubbed_environment
 
     server = HostServer.start(scrubbed_environment())
     try:
-        with server.connect() as conn:
-            env = {**os.environ, SERVER_ENV: server.described(conn)}
+        with lend_server(server) as (lent, fds):
             child = subprocess.Popen(
-                [sys.executable, "-c", CHILD], env=env, pass_fds=[conn.fileno()], stdout=subprocess.PIPE
+                [sys.executable, "-c", CHILD], env={**os.environ, **lent}, pass_fds=fds, stdout=subprocess.PIPE
             )
         assert child.stdout is not None
         host, parent = map(int, child.stdout.readline().split())

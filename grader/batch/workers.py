@@ -29,7 +29,7 @@ from grader.batch.cache import KEY_FILE, cached, read_json, submission_key
 from grader.batch.roster import Student
 from grader.errors import UserError, environment_fault
 from grader.gradebook import CACHE_UNTRUSTED, EMPTY, GRADED, GRADER_ERROR, NO_SUBMISSION, TIMEOUT, UNREADABLE
-from grader.matrix.host import SERVER_ENV
+from grader.matrix.host import lend_server
 from grader.render.outputs import write_text
 from grader.results import GradeResult, TimeSource
 from grader.rubric import Rubric
@@ -201,18 +201,15 @@ def start_grade(
     env = {**os.environ, DIE_WITH_PARENT_ENV: str(os.getpid())}
     if salt:
         env[SALT_ENV] = salt
-    with contextlib.ExitStack() as stack:
-        if hosts is not None:
-            conn = stack.enter_context(hosts.connect())  # ours closed once the grade holds its copy
-            env[SERVER_ENV] = hosts.described(conn)
+    with lend_server(hosts) as (lent, fds):
         return subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env=env,
-            pass_fds=[conn.fileno()] if hosts is not None else (),
+            env={**env, **lent},
+            pass_fds=fds,
         )
 
 

@@ -273,6 +273,27 @@ def keep_spare(on: bool = True, *, one_pack: bool = False) -> contextlib.Abstrac
     return _SPARE.kept(on, one_pack)
 
 
+def kept_server() -> HostServer | None:
+    """This process's host server while :func:`keep_spare` keeps one (started if need be, on the main
+    thread), else None."""
+    from grader.runtimes.torchdist.zygote import scrubbed_environment
+
+    return _SPARE.server(scrubbed_environment())
+
+
+@contextlib.contextmanager
+def lend_server(server: HostServer | None) -> Iterator[tuple[dict[str, str], tuple[int, ...]]]:
+    """What a ``grader grade`` about to start needs to fork its hosts from ``server`` over a connection
+    of its own (:func:`attach_server`): an entry for its environment and the descriptor to pass it;
+    nothing where there is no server.  Start the process inside the block: this process's copy of the
+    connection closes when it ends, so the hosts forked for the child end with the child."""
+    if server is None:
+        yield {}, ()
+        return
+    with server.connect() as conn:
+        yield {SERVER_ENV: server.described(conn)}, (conn.fileno(),)
+
+
 def attach_server() -> None:
     """Fork this process's hosts from the host server its starter handed it a connection to (``grader
     batch``, :data:`SERVER_ENV`), for its whole life.  The variable is taken out of the environment,
