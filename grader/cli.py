@@ -91,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--cold-hosts",
         action="store_true",
         help="start every grade's session host cold (Python and torch each time) rather than forking it "
-        "from one warm host server: to measure the difference, or to rule the server out",
+        "from a warm host server (the batch's, or each Dask worker's): to measure the difference, or to rule "
+        "the server out",
     )
     batch.add_argument("--backend", choices=("local", "docker"), default="local")
     batch.add_argument("--image", default="grader:local")

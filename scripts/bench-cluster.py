@@ -4,11 +4,13 @@
     python scripts/bench-cluster.py --students 6          # a quick check that every mode works
     python scripts/bench-cluster.py --modes jobs,local    # without Slurm
     python scripts/bench-cluster.py --modes cold,jobs     # warm host server against a torch import per grade
+    python scripts/bench-cluster.py --modes local-cold,local  # the same on Dask workers
 
 One synthetic A9 class is graded by each mode in turn, each into a fresh output directory (so no mode
 finds another's cache): ``cold`` is ``grader batch --jobs 2 --cold-hosts`` (each grade starts its session
 host cold: one ``grader grade`` per student, two at a time, as before issue 41), ``jobs`` is
-``grader batch --jobs 2`` (its grades' hosts forked from one warm host server), ``local`` is ``--cluster local:2`` and
+``grader batch --jobs 2`` (its grades' hosts forked from one warm host server), ``local`` is ``--cluster local:2``
+(each worker's grades fork their hosts from that worker's server; ``local-cold`` with ``--cold-hosts``) and
 ``slurm`` is ``--cluster slurm`` on the single-node Slurm of ``tests/slurm.py`` (started here when this
 machine can run it: root, ``scripts/install-slurm.sh``; stopped by pid at the end).  All three run two
 gradings at once: ``--jobs 2``; two LocalCluster workers of one thread; two Slurm jobs of one core and
@@ -73,7 +75,8 @@ PATTERN = (  # 8 reference, 5 naive, 4 template, 2 syntax errors, 1 import error
 MODES = {  # name: (label, grader batch options); each runs two gradings at once
     "cold": ("--jobs 2 --cold-hosts", ["--jobs", "2", "--cold-hosts"]),  # each grade imports torch in its host
     "jobs": ("--jobs 2", ["--jobs", "2"]),
-    "local": ("--cluster local:2", ["--cluster", "local:2"]),
+    "local-cold": ("--cluster local:2 --cold-hosts", ["--cluster", "local:2", "--cold-hosts"]),
+    "local": ("--cluster local:2", ["--cluster", "local:2"]),  # each worker's grades fork from its host server
     "slurm": ("--cluster slurm", ["--cluster", "slurm"]),
 }
 SLOTS = 2  # gradings at once in every mode
@@ -277,7 +280,7 @@ def _size(tree: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--students", type=int, default=100)
-    parser.add_argument("--modes", default="cold,jobs,local,slurm", help="comma-separated: cold, jobs, local, slurm")
+    parser.add_argument("--modes", default="cold,jobs,local,slurm", help="comma-separated: " + ", ".join(MODES))
     parser.add_argument("--class-size", type=int, default=1500, help="the estimate's class")
     parser.add_argument("--nodes", type=int, default=20, help="the estimate's cluster")
     parser.add_argument("--cores-per-node", type=int, default=32, help="the estimate's nodes")

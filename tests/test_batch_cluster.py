@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from io import StringIO
@@ -306,6 +307,55 @@ def test_the_real_grader_on_a_local_cluster_grades_hostile_and_honest_work_as_th
     assert (tmp_path / "dask" / "gradebook.csv").read_bytes() == (tmp_path / "local" / "gradebook.csv").read_bytes()
     for name in trees:
         assert _timeless(tmp_path / "dask", name) == _timeless(tmp_path / "local", name), name
+
+
+SHOW_HOST = """
+from grader.matrix.host import Host, attach_server
+attach_server()
+host = Host.start()
+print("host-parent", host.parent, flush=True)
+host.close()
+"""
+
+
+def _servers(client) -> dict[int, int]:
+    """Each worker process's pid, and its host server's (0: none)."""
+    from grader.batch.warm_workers import NAME
+
+    def ours(dask_worker) -> tuple[int, int]:  # run by client.run, outside any task: Dask hands it the worker
+        server = getattr(dask_worker.plugins.get(NAME), "server", None)
+        return os.getpid(), server.pid if server is not None and server.alive() else 0
+
+    return dict(client.run(ours).values())
+
+
+@pytest.mark.slow
+def test_each_worker_keeps_a_host_server_its_grades_fork_their_hosts_from_until_the_batch_ends(tmp_path):
+    """Issue 41 on Dask: a warm client's workers each start a host server of their own, on the worker's
+    own thread (so it lives as long as the worker); a warm task's grade forks its host from its worker's
+    server, a cold one (``--cold-hosts``) starts it itself; the servers end with the batch's client."""
+    import tarfile
+    from io import BytesIO
+
+    from grader.batch.cluster import GradeTask, connect, grade_on_worker, parse_cluster
+
+    with connect(parse_cluster("local:2"), None, 2, StringIO(), warm=True) as client:
+        servers = _servers(client)
+        assert len(servers) == 2 and all(servers.values()), servers
+        assert {_parent(server) for server in servers.values()} == set(servers)  # each its own worker's child
+        parents = {}
+        for warm in (True, False):
+            task = GradeTask([sys.executable, "-c", SHOW_HOST], str(tmp_path), [], None, 120, warm=warm)
+            reply = client.submit(grade_on_worker, task, pure=False).result()
+            with tarfile.open(fileobj=BytesIO(reply.output)) as tar:
+                log = tar.extractfile("./grade.log").read().decode()  # type: ignore[union-attr]
+            parents[warm] = int(log.split("host-parent ")[1].split()[0])
+        assert parents[True] in servers.values()
+        assert parents[False] not in servers.values() and parents[False] not in servers  # its own grade's
+    deadline = time.monotonic() + 10
+    while not all(_zombie(server) for server in servers.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(_zombie(server) for server in servers.values())
 
 
 def _timeless(out: Path, student: str) -> dict:

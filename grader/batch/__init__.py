@@ -105,7 +105,8 @@ def run_batch(
     ``similarity`` runs the copy check over the roster after the grading, into ``out/similarity/``; on
     a cluster each student a worker grades is fingerprinted on that worker (``grader.similarity.remote``).
     ``seal_key`` is the file of the key the cache is sealed with (``grader.seal.key_path``).
-    ``cold_hosts``: no warm host server for the grades here (``workers.warm_hosts``).
+    ``cold_hosts``: no warm host server for the grades, here (``workers.warm_hosts``) or on each Dask
+    worker (``warm_workers``).
     """
     if jobs < 1:
         raise UserError("--jobs must be at least 1")
@@ -143,15 +144,15 @@ def run_batch(
             _remove(leftover)
         stream = progress or sys.stderr
         fingerprinted: dict[str, Fingerprinted] = {}
+        warm = bool(gradable) and backend == "local" and grade_cmd is None and not cold_hosts
         if spec is None:
             local = Grader(*settings)
-            warm = bool(gradable) and backend == "local" and grade_cmd is None and not cold_hosts
             with warm_hosts(warm) as local.hosts:
                 grade_all(gradable, local, jobs, stream)
         elif gradable:
             task = _similarity_task(loaded, boilerplate) if similarity else None
-            with connect(spec, cluster_config, len(gradable), stream) as client:
-                grader = ClusterGrader(*settings, client=client, send=send_submissions, similarity=task)
+            with connect(spec, cluster_config, len(gradable), stream, warm) as client:
+                grader = ClusterGrader(*settings, client=client, send=send_submissions, similarity=task, warm=warm)
                 grade_all(gradable, grader, min(len(gradable), MAX_IN_FLIGHT), stream)
             fingerprinted = grader.fingerprinted
         nearest = _similarity(gradable, out, loaded, boilerplate, fingerprinted) if similarity else None

@@ -14,7 +14,8 @@ exactly today's.
 Submissions reach a worker by their path (a shared filesystem, as on a Slurm cluster) or, with
 ``send=True``, as a tar sent through Dask; the output always comes back as a tar.  The secret salt
 travels inside the task, never on a command line, in a job script or a log, and the worker hands it
-to the grade in its environment (``workers.start_grade``).
+to the grade in its environment (``workers.start_grade``).  Each worker keeps a warm host server
+(``warm_workers``) that its grades fork their session hosts from, as a local batch's do.
 
 A worker lost while grading (preemption, walltime, a dead node) makes Dask run the task again on
 another worker; after ``MAX_LOSSES`` losses of the same student the row is a ``grader_error`` that
@@ -105,6 +106,7 @@ class GradeTask:
     rubric_text: str | None = field(default=None, repr=False)  # --rubric's text, when sent
     salt: str | None = field(default=None, repr=False)  # never in a repr, so never in a log
     similarity: SimilarityTask | None = None  # with --similarity: fingerprint the student here too
+    warm: bool = False  # fork the grade's hosts from the worker's host server, where it has one (warm_workers)
 
 
 @dataclass(frozen=True)
@@ -162,8 +164,13 @@ def grade_on_worker(task: GradeTask) -> GradeReply:
         command = task.command or [sys.executable, "-m", "grader", "grade"]
         cmd = grade_argv(command, source, graded, options, task.submitted_at)
         start = time.monotonic()
+        hosts = None
+        if task.warm:
+            from grader.batch.warm_workers import worker_server
+
+            hosts = worker_server()
         with (work / "grade.log").open("wb") as log:
-            outcome = wait_grade(start_grade(cmd, log, task.salt), task.timeout)
+            outcome = wait_grade(start_grade(cmd, log, task.salt, hosts), task.timeout)
         outcome.seconds = round(time.monotonic() - start, 3)  # the grade's, not its wait in Dask's queue
         if outcome.returncode in STOPPED_FROM_OUTSIDE:  # not the student's doing: graded again elsewhere
             return GradeReply(lost=f"the grade on {socket.gethostname()} was stopped (exit {outcome.returncode})")
@@ -207,10 +214,19 @@ class ClusterGrader(Grader):
     """A ``Grader`` whose grades run as Dask tasks; the rest (cache, outcome, install) is inherited.
     With ``similarity``, each task fingerprints its student too, into ``fingerprinted``."""
 
-    def __init__(self, *args: Any, client: Any, send: bool, similarity: SimilarityTask | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        client: Any,
+        send: bool,
+        similarity: SimilarityTask | None = None,
+        warm: bool = False,
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
         self.client = client
         self.send = send
+        self.warm = warm  # the client was connected with warm workers (connect)
         self.similarity = similarity
         self.fingerprinted: dict[str, Fingerprinted] = {}  # per student graded in this run
         self._futures: set[Any] = set()
@@ -233,6 +249,7 @@ class ClusterGrader(Grader):
             rubric_text=self._rubric_text,
             salt=self.salt,
             similarity=replace(self.similarity, student=student.name) if self.similarity else None,
+            warm=self.warm,
         )
 
     def run(self, student: Student, graded: Path) -> Outcome:
@@ -292,8 +309,11 @@ class ClusterGrader(Grader):
 
 
 @contextlib.contextmanager
-def connect(spec: ClusterSpec, config: Path | None, students: int, progress: TextIO) -> Iterator[Any]:
-    """A Dask client on the cluster ``spec`` says, closed (and any cluster it started) on exit."""
+def connect(
+    spec: ClusterSpec, config: Path | None, students: int, progress: TextIO, warm: bool = False
+) -> Iterator[Any]:
+    """A Dask client on the cluster ``spec`` says, closed (and any cluster it started) on exit.  ``warm``:
+    every worker keeps a host server for its grades while the client is open (``warm_workers``)."""
     try:
         import dask
         import distributed
@@ -325,10 +345,30 @@ def connect(spec: ClusterSpec, config: Path | None, students: int, progress: Tex
         else:
             cluster = stack.enter_context(_slurm_cluster(config, students))
             client = stack.enter_context(distributed.Client(cluster))
+        if warm:
+            _warm_workers(client, stack)
         if _has_dashboard() and client.dashboard_link:
             progress.write(f"dashboard: {client.dashboard_link}\n")
             progress.flush()
         yield client
+
+
+def _warm_workers(client: Any, stack: contextlib.ExitStack) -> None:
+    """Register :class:`~grader.batch.warm_workers.WarmHosts` until ``stack`` closes.  A worker that cannot
+    load it grades cold; one that cannot import the grader at all stops the batch at its first task
+    with that message (``WORKER_CHECK``), so a failure here stops nothing."""
+    from grader.batch.warm_workers import NAME, WarmHosts
+
+    try:
+        client.register_plugin(WarmHosts())
+    except Exception:  # see above: the grades run cold, and an unfit worker says so later
+        return
+
+    def unregister() -> None:
+        with contextlib.suppress(Exception):  # a cluster already gone takes its servers with it
+            client.unregister_worker_plugin(NAME)
+
+    stack.callback(unregister)
 
 
 @contextlib.contextmanager

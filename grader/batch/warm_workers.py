@@ -1,0 +1,59 @@
+"""A warm host server on every Dask worker of ``grader batch --cluster`` (issue 41): each grade the
+worker runs forks its session hosts from it, as a local batch's grades do from the batch's own server
+(``workers.warm_hosts``), instead of importing torch in a cold host per student.
+
+The server must be started on the worker's event-loop thread: its PDEATHSIG follows the thread that
+started it, and Dask runs tasks on executor threads that may end before the worker does.  A
+``WorkerPlugin``'s ``setup`` runs on that thread, once per worker, workers that join later (an adaptive
+Slurm cluster) included; ``teardown`` (the plugin unregistered at the batch's end, or the worker
+closing) ends the server, and a worker that dies takes its server with it.  A server that died meanwhile
+is simply not used: that worker's grades start their hosts cold and lose nothing.
+
+Imported only where Dask is (``cluster.connect``).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from distributed import get_worker
+from distributed.diagnostics.plugin import WorkerPlugin
+
+if TYPE_CHECKING:
+    from grader.matrix.warm import HostServer
+
+NAME = "grader-warm-hosts"
+
+
+class WarmHosts(WorkerPlugin):
+    """The worker's host server while the plugin is registered (Linux only, as the server)."""
+
+    idempotent = True  # registered again by a later batch on the same cluster: the running server stays
+    name = NAME
+
+    def __init__(self) -> None:
+        self.server: HostServer | None = None
+
+    def setup(self, worker: Any) -> None:
+        if not sys.platform.startswith("linux"):
+            return
+        from grader.matrix.warm import HostServer
+        from grader.runtimes.torchdist.zygote import scrubbed_environment
+
+        self.server = HostServer.start(scrubbed_environment())
+
+    def teardown(self, worker: Any) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+
+def worker_server() -> HostServer | None:
+    """This worker's live host server, where the batch registered :class:`WarmHosts`; else None."""
+    try:
+        plugin = get_worker().plugins.get(NAME)
+    except ValueError:  # not on a worker (called directly)
+        return None
+    server = getattr(plugin, "server", None)
+    return server if server is not None and server.alive() else None
