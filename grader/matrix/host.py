@@ -93,8 +93,8 @@ class Host:
         try:
             server = _SPARE.server(env)
             proc: HostProcess | None = server.fork(control, log) if server is not None else None
-            server = server if proc is not None else None
-            if proc is None:
+            if proc is None:  # no server, or it is gone: started cold, this host dies with this process
+                server = None
                 cmd = [sys.executable, "-I", "-m", "grader.matrix.host", "--runner", str(os.getpid())]
                 cmd += ["--control", str(control)]
                 proc = subprocess.Popen(
