@@ -346,14 +346,18 @@ def _become_host(control_fd: int) -> None:
         zygote.serve(theirs, side.bodies)  # never returns
     theirs.close()
     heap.keep_freed(heap.SESSION_TRIM)  # the session, not its zygote, which keeps less
+    # Imported before the request, not after it: a spare waiting for its grading (a watch loop's re-grade)
+    # has them ready; they hold nothing of any grading (the plugin reads its configuration only once run).
+    import pytest
+
+    import grader.matrix.plugin  # noqa: F401 - `-p grader.matrix.plugin` finds it imported
+
     argv, env, cwd = _request(control)
     os.environ.clear()
     os.environ.update(env)
     os.environ[ZYGOTE_ENV] = f"{session.fileno()}:{pid}"
     os.chdir(cwd)
     sys.argv = ["pytest", *argv]
-    import pytest
-
     raise SystemExit(pytest.console_main())
 
 
