@@ -132,6 +132,37 @@ def test_a_host_forked_for_another_process_ends_when_that_process_dies() -> None
         server.close()
 
 
+def test_a_process_whose_hosts_would_start_otherwise_does_not_fork_them_from_the_server() -> None:
+    """A grade handed a server under another ``PATH`` than the server's hosts start with (its hosts'
+    only variable part) starts its host cold, with its own ``PATH``, rather than take one that runs
+    programs from another ``PATH``."""
+    from grader.matrix.host import lend_server
+    from grader.matrix.warm import HostServer
+    from grader.runtimes.torchdist.zygote import scrubbed_environment
+
+    server = HostServer.start(scrubbed_environment())
+    try:
+        parents = {}
+        for path in (os.environ["PATH"], f"{os.environ['PATH']}:/nonexistent"):
+            with lend_server(server) as (lent, fds):
+                child = subprocess.Popen(
+                    [sys.executable, "-c", CHILD],
+                    env={**os.environ, **lent, "PATH": path},
+                    pass_fds=fds,
+                    stdout=subprocess.PIPE,
+                )
+            assert child.stdout is not None
+            _, parent = map(int, child.stdout.readline().split())
+            parents[path] = (child.pid, parent)
+            child.kill()
+            child.wait()
+        (_, same), (other_child, other) = parents.values()
+        assert same == server.pid
+        assert other == other_child  # started cold: the grade's own child, which dies with it
+    finally:
+        server.close()
+
+
 def _running(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"

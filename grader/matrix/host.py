@@ -206,10 +206,10 @@ class _Spare:
 
         with self._lock:
             if self._attached is not None:
-                return self._attached if self._attached.alive() and self._attached.env == env else None
+                return self._attached if self._attached.serves(env) else None
             on = bool(self._wanted) and self._wanted[-1][0]
             server = self._server
-            if not on or (server is not None and server.alive() and server.env == env):
+            if not on or (server is not None and server.serves(env)):
                 return server if on else None
             if threading.current_thread() is not threading.main_thread():
                 return None
@@ -302,9 +302,8 @@ def attach_server() -> None:
     described = os.environ.pop(SERVER_ENV, "")
     if described:
         from grader.matrix.warm import HostServer
-        from grader.runtimes.torchdist.zygote import scrubbed_environment
 
-        _SPARE._attached = HostServer.attach(described, scrubbed_environment())
+        _SPARE._attached = HostServer.attach(described)
 
 
 def main() -> None:

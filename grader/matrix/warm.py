@@ -20,6 +20,7 @@ status without being its parent (:class:`ServedProcess`).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import select
@@ -70,11 +71,9 @@ class HostServer:
     (:meth:`connect`, :meth:`attach`: a batch's ``grader grade``) holds another.  Safe to use from
     several threads."""
 
-    def __init__(
-        self, pid: int, sock: socket.socket, env: dict[str, str], proc: subprocess.Popen[bytes] | None = None
-    ) -> None:
+    def __init__(self, pid: int, sock: socket.socket, env: str, proc: subprocess.Popen[bytes] | None = None) -> None:
         self.pid = pid  # the server's: the parent of every host it forks
-        self.env = env  # what its hosts start with: a server of another environment is replaced
+        self.env = env  # the digest of what its hosts start with (environment_digest)
         self.proc = proc  # the server's process, where this process started it
         self._sock = sock
         self._request = threading.Lock()  # one request and its reply at a time
@@ -106,7 +105,7 @@ class HostServer:
             raise
         finally:
             theirs.close()
-        return cls(proc.pid, ours, env, proc)
+        return cls(proc.pid, ours, environment_digest(env), proc)
 
     def connect(self) -> socket.socket:
         """A connection of its own for another process (passed to it, then closed here; that process
@@ -123,11 +122,11 @@ class HostServer:
         return mine
 
     @classmethod
-    def attach(cls, described: str, env: dict[str, str]) -> HostServer | None:
+    def attach(cls, described: str) -> HostServer | None:
         """The connection :meth:`connect` made for this process, as :meth:`described` it (None when
         the description is not one)."""
-        fd, _, pid = described.partition(":")
-        if not (fd.isdigit() and pid.isdigit()):
+        fd, pid, env = [*described.split(":"), "", ""][:3]
+        if not (fd.isdigit() and pid.isdigit() and env):
             return None
         try:
             sock = socket.socket(fileno=int(fd))
@@ -136,8 +135,14 @@ class HostServer:
         return cls(int(pid), sock, env)
 
     def described(self, conn: socket.socket) -> str:
-        """What a process given ``conn`` (:meth:`connect`) is told in its environment: ``fd:server``."""
-        return f"{conn.fileno()}:{self.pid}"
+        """What a process given ``conn`` (:meth:`connect`) is told in its environment,
+        ``fd:server:environment``: the environment's digest lets it tell whether the server's hosts
+        start as its own would (a grade run under another ``PATH`` starts its hosts cold)."""
+        return f"{conn.fileno()}:{self.pid}:{self.env}"
+
+    def serves(self, env: dict[str, str]) -> bool:
+        """Alive, and its hosts start with ``env``."""
+        return self.alive() and self.env == environment_digest(env)
 
     def alive(self) -> bool:
         return not self._gone and (self.proc is None or self.proc.poll() is None)
@@ -195,6 +200,11 @@ class HostServer:
                 elif isinstance(reply.get("exit"), int) and isinstance(reply.get("code"), int):
                     self._ended[reply["exit"]] = reply["code"]
                 self._state.notify_all()
+
+
+def environment_digest(env: dict[str, str]) -> str:
+    """A host's environment, as a server and the processes it serves compare it."""
+    return hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def serve(sock: socket.socket, become_host: Any) -> None:
