@@ -320,11 +320,11 @@ host.close()
 
 def _servers(client) -> dict[int, int]:
     """Each worker process's pid, and its host server's (0: none)."""
-    from grader.batch.warm_workers import NAME
+    from grader.batch.warm_workers import worker_server
 
     def ours(dask_worker) -> tuple[int, int]:  # run by client.run, outside any task: Dask hands it the worker
-        server = getattr(dask_worker.plugins.get(NAME), "server", None)
-        return os.getpid(), server.pid if server is not None and server.alive() else 0
+        server = worker_server(dask_worker)
+        return os.getpid(), server.pid if server is not None else 0
 
     return dict(client.run(ours).values())
 

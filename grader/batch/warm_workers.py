@@ -14,7 +14,6 @@ Imported only where Dask is (``cluster.connect``).
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 from distributed import get_worker
@@ -36,12 +35,9 @@ class WarmHosts(WorkerPlugin):
         self.server: HostServer | None = None
 
     def setup(self, worker: Any) -> None:
-        if not sys.platform.startswith("linux"):
-            return
         from grader.matrix.warm import HostServer
-        from grader.runtimes.torchdist.zygote import scrubbed_environment
 
-        self.server = HostServer.start(scrubbed_environment())
+        self.server = HostServer.start_here()
 
     def teardown(self, worker: Any) -> None:
         if self.server is not None:
@@ -49,10 +45,11 @@ class WarmHosts(WorkerPlugin):
             self.server = None
 
 
-def worker_server() -> HostServer | None:
-    """This worker's live host server, where the batch registered :class:`WarmHosts`; else None."""
+def worker_server(worker: Any = None) -> HostServer | None:
+    """``worker``'s (by default this task's worker's) live host server, where the batch registered
+    :class:`WarmHosts`; else None."""
     try:
-        plugin = get_worker().plugins.get(NAME)
+        plugin = (worker or get_worker()).plugins.get(NAME)
     except ValueError:  # not on a worker (called directly)
         return None
     server = getattr(plugin, "server", None)

@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -216,18 +215,16 @@ def start_grade(
 @contextlib.contextmanager
 def warm_hosts(enabled: bool) -> Iterator[HostServer | None]:
     """A host server for a batch's grades on this machine (``grader.matrix.warm``): torch imported once,
-    not once per student.  ``enabled`` where they grade with the real grader here, on Linux."""
-    if not enabled or not sys.platform.startswith("linux"):
-        yield None
-        return
+    not once per student.  ``enabled`` where they grade with the real grader here (a server runs on Linux
+    only: ``HostServer.start_here``)."""
     from grader.matrix.warm import HostServer
-    from grader.runtimes.torchdist.zygote import scrubbed_environment
 
-    server = HostServer.start(scrubbed_environment())
+    server = HostServer.start_here() if enabled else None
     try:
         yield server
     finally:
-        server.close()
+        if server is not None:
+            server.close()
 
 
 def wait_grade(proc: subprocess.Popen[bytes], timeout: float) -> Outcome:

@@ -71,9 +71,11 @@ class HostServer:
     (:meth:`connect`, :meth:`attach`: a batch's ``grader grade``) holds another.  Safe to use from
     several threads."""
 
-    def __init__(self, pid: int, sock: socket.socket, env: str, proc: subprocess.Popen[bytes] | None = None) -> None:
+    def __init__(
+        self, pid: int, sock: socket.socket, env_digest: str, proc: subprocess.Popen[bytes] | None = None
+    ) -> None:
         self.pid = pid  # the server's: the parent of every host it forks
-        self.env = env  # the digest of what its hosts start with (environment_digest)
+        self.env_digest = env_digest  # of what its hosts start with (environment_digest)
         self.proc = proc  # the server's process, where this process started it
         self._sock = sock
         self._request = threading.Lock()  # one request and its reply at a time
@@ -107,6 +109,16 @@ class HostServer:
             theirs.close()
         return cls(proc.pid, ours, environment_digest(env), proc)
 
+    @classmethod
+    def start_here(cls) -> HostServer | None:
+        """A server for the grades this process starts, whose hosts start in the zygote's scrubbed
+        environment: on Linux, the only system a host server runs on; else None (hosts start cold)."""
+        if not sys.platform.startswith("linux"):
+            return None
+        from grader.runtimes.torchdist.zygote import scrubbed_environment
+
+        return cls.start(scrubbed_environment())
+
     def connect(self) -> socket.socket:
         """A connection of its own for another process (passed to it, then closed here; that process
         :meth:`attach` es it): the hosts forked for it end when it closes, however it ends."""
@@ -125,24 +137,24 @@ class HostServer:
     def attach(cls, described: str) -> HostServer | None:
         """The connection :meth:`connect` made for this process, as :meth:`described` it (None when
         the description is not one)."""
-        fd, pid, env = [*described.split(":"), "", ""][:3]
-        if not (fd.isdigit() and pid.isdigit() and env):
+        fd, pid, env_digest = [*described.split(":"), "", ""][:3]
+        if not (fd.isdigit() and pid.isdigit() and env_digest):
             return None
         try:
             sock = socket.socket(fileno=int(fd))
         except OSError:
             return None
-        return cls(int(pid), sock, env)
+        return cls(int(pid), sock, env_digest)
 
     def described(self, conn: socket.socket) -> str:
         """What a process given ``conn`` (:meth:`connect`) is told in its environment,
         ``fd:server:environment``: the environment's digest lets it tell whether the server's hosts
         start as its own would (a grade run under another ``PATH`` starts its hosts cold)."""
-        return f"{conn.fileno()}:{self.pid}:{self.env}"
+        return f"{conn.fileno()}:{self.pid}:{self.env_digest}"
 
     def serves(self, env: dict[str, str]) -> bool:
         """Alive, and its hosts start with ``env``."""
-        return self.alive() and self.env == environment_digest(env)
+        return self.alive() and self.env_digest == environment_digest(env)
 
     def alive(self) -> bool:
         return not self._gone and (self.proc is None or self.proc.poll() is None)
