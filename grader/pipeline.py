@@ -134,12 +134,13 @@ def grade(
 def _early_host(isolation: str) -> Iterator[Host | None]:
     """The matrix session's host, started before anything else: its torch import (a second) overlaps
     this process's own imports, the rubric, intake and the static checks (issue 23).  It is told
-    nothing until the matrix runs (``grader.matrix.host``); none for the portable runtime."""
+    nothing until the matrix runs (``grader.matrix.host``); none where the session has none (the
+    portable runtime on macOS and Windows)."""
     from grader.matrix.host import Host
     from grader.runtimes.torchdist import mode
 
     try:
-        hosted = not mode.decide(isolation).portable
+        hosted = mode.decide(isolation).hosted
     except UserError:
         hosted = False  # the matrix says why, as it would without an early host
     host = Host.take() if hosted else None

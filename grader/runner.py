@@ -107,7 +107,7 @@ def run_matrix(
     log = ""
     phases: dict[str, float] = {}
     everything = _case_names(assignment, only)
-    hosted = not mode.decide(isolation).portable  # the sandbox's zygote is forked by the session's host
+    hosted = mode.decide(isolation).hosted  # the session's host forks the zygote (the sandbox's ranks, Linux's workers)
     for round_no in range(1, MAX_ROUNDS + 1):
         session_host = None
         if hosted:
@@ -174,9 +174,9 @@ def _case_names(pack: AssignmentPack, only: list[str] | None) -> list[str]:
 def _session(
     config: MatrixConfig, pack: AssignmentPack, workdir: Path, junit: Path, timeout_s: float, host: Host | None
 ) -> tuple[int, str]:
-    """Run one session and return its exit status and the tail of its output: in ``host`` (wherever the
-    Linux sandbox is built: it forks the zygote first), else as ``python -m pytest`` (the portable
-    runtime, which has no zygote)."""
+    """Run one session and return its exit status and the tail of its output: in ``host`` (it forks the
+    zygote first: wherever the Linux sandbox is built, and for the portable runtime on Linux), else as
+    ``python -m pytest`` (the portable runtime where nothing forks: macOS, Windows)."""
     home = workdir / "session"
     home.mkdir(exist_ok=True)
     ini = home / "pytest.ini"

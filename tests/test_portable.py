@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +144,7 @@ def test_workers_fork_from_a_torch_loaded_server_only_on_linux(system: str, meth
     assert start_method(system) == method
 
 
-@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+@pytest.mark.parametrize("method", ["forkserver", "spawn", "zygote"])
 def test_portable_layers_name_every_layer_the_full_sandbox_reports_and_say_advisory(method: str) -> None:
     layers = Isolation("portable", "no os.fork on this platform").layers(method)
     assert f"({method})" in layers["zygote"] and "scrubbed environment" in layers["zygote"]
@@ -269,6 +270,62 @@ def test_spawned_workers_as_on_macos_and_windows_join_a_group_run_a_case_and_ser
 
 
 @pytest.mark.slow
+def test_on_linux_a_hosted_session_s_zygote_forks_its_workers_and_nothing_outlives_the_pool(tmp_path: Path) -> None:
+    """Where the session's host forked a zygote, it forks the workers: each under a waiter of its own
+    that reports the worker's pid and exit status.  A group that ended clean gives its workers back; a
+    worker killed is seen ended, with its signal; closing the pool ends the zygote, every waiter and
+    every worker."""
+    import signal
+
+    import torch
+
+    from grader.limits import Limits
+    from grader.runtimes.torchdist.portable_group import PortableGroup
+    from grader.runtimes.torchdist.session import Zygote, student_config
+
+    pack = load_pack("a9")
+    sandbox = tmp_path / "sandbox"
+    shutil.copytree(REPO / "reference" / "a9", sandbox)
+    zygote = Zygote.start(pack.rank_side)  # a grading's is its host's; this one is a process of its own
+    pool = portable.WorkerPool(3, sandbox, pack.rank_side, student_config(pack, {}), "forkserver", zygote)
+    assert pool.method == "zygote" and pool.idle == []  # forked when a group needs them, not ahead
+
+    def parent(pid: int) -> int:
+        status = Path(f"/proc/{pid}/status").read_text()
+        return int(status.split("PPid:")[1].split()[0])
+
+    try:
+        for _ in range(2):
+            with PortableGroup(2, Limits(), pool) as group:
+                run = group.run_case({"op": "calibrate"}, [{"x": torch.ones(8)}] * 2, 60.0)
+                assert [rep.status for rep in run.ranks] == ["ok", "ok"], run.output
+                workers = list(group.ranks)
+            assert pool.spawned == 2  # the second group took the first one's workers
+        waiters = [parent(w.process.pid) for w in workers]
+        assert {parent(waiter) for waiter in waiters} == {zygote.pid}
+        victim = workers[0].process
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join(10.0)
+        assert victim.exitcode == -signal.SIGKILL
+        with PortableGroup(2, Limits(), pool) as group:  # the dead worker is replaced, not reused
+            assert victim not in [w.process for w in group.ranks] and pool.spawned == 3
+    finally:
+        pool.close()
+
+    def alive(pid: int) -> bool:  # a zombie is an ended process its new parent has not reaped yet
+        try:
+            return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return False
+
+    ended = [zygote.pid, *waiters, *(w.process.pid for w in workers)]
+    deadline = time.monotonic() + 10.0
+    while any(map(alive, ended)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [pid for pid in ended if alive(pid)] == []
+
+
+@pytest.mark.slow
 def test_a_closed_fork_server_pool_leaves_no_directory_of_multiprocessing_behind(tmp_path: Path) -> None:
     """The fork server's socket lives in a pymp-* directory that multiprocessing removes only when the
     interpreter exits normally, which a session ending with os._exit never does: the pool removes it."""
@@ -347,7 +404,9 @@ def _verdicts(
         only=only,
         isolation="portable",
     )
-    assert json.loads((tmp_path / "work" / "isolation.json").read_text())["mode"].startswith("off: portable")
+    layers = json.loads((tmp_path / "work" / "isolation.json").read_text())
+    assert layers["mode"].startswith("off: portable")
+    assert layers["zygote"].endswith("(zygote), with a scrubbed environment")  # Linux: the session's host forked one
     return {name: (case.verdict.value, case.message) for name, case in read_junit(run.junit).items()}
 
 

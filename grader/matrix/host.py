@@ -1,7 +1,8 @@
 """The matrix session's process, which forks the session's zygote before it becomes the session.
 
-Started as ``python -I -m grader.matrix.host`` by :meth:`Host.start` wherever the Linux sandbox is
-built (the portable runtime has no zygote: its session is a plain ``python -m pytest``), and started
+Started as ``python -I -m grader.matrix.host`` by :meth:`Host.start` wherever the session forks (the
+Linux sandbox, whose zygote forks the ranks, and the portable runtime on Linux, whose zygote forks its
+workers; on macOS and Windows the portable session is a plain ``python -m pytest``), and started
 first thing in a grading (``pipeline.grade``), before the rubric, the submission or the pack are
 known, so that its torch import overlaps everything the grading does before its matrix (issue 23).
 The process starts in the zygote's scrubbed environment and:

@@ -85,7 +85,7 @@ class MatrixSession:
         self.clip = self.limits.clipper()  # every message and capture quoted, bounded per case and in all
         self.sandbox = Path(config.sandbox)
         self.isolation = mode.decide(config.isolation)
-        self.zygote: Zygote | None = None  # the portable runtime spawns its ranks: no zygote, no sandbox
+        self.zygote: Zygote | None = None  # the sandbox's: the portable runtime has no sandbox
         self.sandboxing: Sandboxing | None = None
         self.pool: WorkerPool | None = None
         if self.isolation.portable:
@@ -93,7 +93,8 @@ class MatrixSession:
 
             method = mode.start_method()
             capacity = portable.pool_capacity(self.pack.cases(), set(config.skip), set(self.pack.handoffs), method)
-            self.pool = portable.WorkerPool(capacity, self.sandbox, self.pack.rank_side, self.student, method)
+            forks = Zygote.forked() if self.isolation.hosted else None  # the pool's workers' (Linux)
+            self.pool = portable.WorkerPool(capacity, self.sandbox, self.pack.rank_side, self.student, method, forks)
         else:
             self.zygote = Zygote.forked()  # by this process's host, before it was the session
             self.sandboxing = Sandboxing.for_this_process(

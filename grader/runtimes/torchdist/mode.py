@@ -62,6 +62,13 @@ class Isolation:
     def portable(self) -> bool:
         return self.name == "portable"
 
+    @property
+    def hosted(self) -> bool:
+        """Whether the session runs in a host that forks a zygote first (``grader.matrix.host``): the
+        sandbox's always; the portable runtime's where its workers can be forked (Linux), so that the
+        zygote forks them (``portable.WorkerPool``)."""
+        return not self.portable or start_method() == "forkserver"
+
     def measured(self, traffic: Traffic | None) -> Traffic | None:
         """The traffic a case is decided on.  Rootless, the capture's buffer is capped at
         net.core.rmem_max, so a large case on a loaded machine can overflow it through no doing of the
@@ -80,6 +87,7 @@ class Isolation:
         started = {
             "forkserver": "forked from a fresh interpreter that imported only torch and the rank runtime (forkserver)",
             "spawn": "a fresh interpreter (spawn)",
+            "zygote": "forked from the session's zygote, which imported only torch and the rank side (zygote)",
         }[method or start_method()]
         return {
             "mode": f"off: portable runtime ({self.why}): {ADVISORY}",

@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from grader.runtimes import RankSide
 from grader.runtimes.torchdist.mode import start_method
 from grader.runtimes.torchdist.portable_rank import LOOPBACK, WorkerSetup, main
-from grader.runtimes.torchdist.zygote import NUMERICS_ENV
+from grader.runtimes.torchdist.zygote import NUMERICS_ENV, STATUS, WorkerRequest
 
 if TYPE_CHECKING:
     from grader.pack import Case
+    from grader.runtimes.torchdist.session import Zygote
 
 #: Environment a spawned rank keeps: what Python and the OS need to start, nothing of the grader's.
 KEEP_ENV = ("PATH", "SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "TEMP", "TMP", "LANG", "LC_ALL", "PATHEXT", "COMSPEC")
@@ -66,11 +67,54 @@ def _scrubbed_environment() -> Any:
         os.environ.update(saved)
 
 
+class ForkedProcess:
+    """A worker the session's zygote forked (``zygote.worker``), with the part of ``multiprocessing.
+    Process``'s interface the pool and its groups use.  Its waiter writes the worker's pid, then its
+    exit status, to a pipe whose read end is the sentinel (as a fork server's worker is watched)."""
+
+    def __init__(self, sentinel: int) -> None:
+        self.sentinel = sentinel
+        self.exitcode: int | None = None
+        pid = self._read()
+        if pid is None:
+            os.close(sentinel)
+            raise OSError("the zygote's waiter ended before it forked the worker")
+        self.pid = pid
+
+    def is_alive(self) -> bool:
+        self.join(0)
+        return self.exitcode is None
+
+    def join(self, timeout: float | None = None) -> None:
+        if self.exitcode is None and multiprocessing.connection.wait([self.sentinel], timeout):
+            code = self._read()
+            self.exitcode = -signal.SIGKILL if code is None else code  # no word: its waiter was killed
+
+    def kill(self) -> None:
+        if self.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        """Once it is of no more use: the sentinel is no longer waited on."""
+        os.close(self.sentinel)
+
+    def _read(self) -> int | None:
+        data = b""
+        while len(data) < STATUS.size:
+            chunk = os.read(self.sentinel, STATUS.size - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        value: int = STATUS.unpack(data)[0]
+        return value
+
+
 @dataclass
 class Worker:
-    """One spawned worker process and the session's ends of its connections."""
+    """One worker process and the session's ends of its connections."""
 
-    process: Any  # multiprocessing's SpawnProcess
+    process: Any  # multiprocessing's SpawnProcess or ForkServerProcess, or a ForkedProcess
     channel: Any  # Connection: frames both ways
     output: Any  # Connection: the rank's stdout and stderr
     watch: Any  # Connection: the watchdog
@@ -83,6 +127,8 @@ class Worker:
         if self.process.is_alive():
             self.process.kill()
         self.process.join(5.0)
+        if isinstance(self.process, ForkedProcess):  # multiprocessing's close their own when collected
+            self.process.close()
 
 
 class Tenant(Protocol):
@@ -102,7 +148,10 @@ class WorkerPool:
 
     The workers start while the session imports torch itself.  Spawned, they all start at once; with a
     fork server, only the server does (its torch import is theirs), and each worker is forked when a
-    group first needs it: starting one waits for the server's import to finish."""
+    group first needs it: starting one waits for the server's import to finish.  Where the session's
+    host forked a zygote (Linux, ``grader.matrix.host``), the zygote forks each worker instead
+    (``method`` "zygote"): it imported torch and the pack's rank side before the host was told
+    anything, so a host forked warm (``grader.matrix.warm``) starts its workers without any import."""
 
     def __init__(
         self,
@@ -111,24 +160,28 @@ class WorkerPool:
         side: RankSide,
         student: dict[str, Any],
         method: str = "",
+        zygote: Zygote | None = None,
     ):
         self.capacity = capacity
         self.setup = WorkerSetup(str(sandbox), side, student)
-        self.method = method or start_method()
-        self.context: Any = multiprocessing.get_context(self.method)  # a spawn or forkserver context
+        self.zygote = zygote  # the pool's to close
+        self.method = "zygote" if zygote is not None else method or start_method()
+        self.context: Any = multiprocessing.get_context(self.method) if zygote is None else None
         self.idle: list[Worker] = []
         self.groups: list[Tenant] = []  # live groups, least recently used first
         self.spawned = 0  # workers started over the session
         with _scrubbed_environment():
             if self.method == "forkserver":
-                self.context.set_forkserver_preload([*FORKSERVER_PRELOAD, *side.modules])
+                multiprocessing.forkserver.set_forkserver_preload([*FORKSERVER_PRELOAD, *side.modules])
                 multiprocessing.forkserver.ensure_running()  # starts the server; does not wait for it
-            else:
+            elif self.method == "spawn":
                 self.idle = [self._spawn() for _ in range(capacity)]
 
     def take(self, n: int, group: Tenant) -> list[Worker]:
         """``n`` workers for ``group``: idle ones first, then new ones, evicting idle groups for room."""
-        self.idle = [w for w in self.idle if w.process.is_alive()]
+        for worker in [w for w in self.idle if not w.process.is_alive()]:
+            self.idle.remove(worker)
+            worker.kill()  # its connections closed, and the zygote's waiter's pipe
         busy = sum(len(g.ranks) for g in self.groups)
         for other in list(self.groups):
             if len(self.idle) + max(self.capacity - busy - len(self.idle), 0) >= n:
@@ -164,9 +217,13 @@ class WorkerPool:
         for worker in self.idle:
             worker.kill()
         self.idle = []
+        if self.zygote is not None:
+            self.zygote.close()
         _stop_multiprocessing_helpers(self.method)
 
     def _spawn(self) -> Worker:
+        if self.zygote is not None:
+            return self._forked(self.zygote)
         ctx = self.context
         channel, theirs = ctx.Pipe(duplex=True)
         out_r, out_w = ctx.Pipe(duplex=False)
@@ -177,6 +234,28 @@ class WorkerPool:
             end.close()
         self.spawned += 1
         return Worker(process, channel, out_r, watch)
+
+    def _forked(self, zygote: Zygote) -> Worker:
+        """A worker the zygote forks: it sends the worker's ends of the connections, and the write end
+        of the pipe its waiter reports on, and keeps the rest."""
+        channel, theirs = multiprocessing.Pipe(duplex=True)
+        out_r, out_w = multiprocessing.Pipe(duplex=False)
+        watch, their_watch = multiprocessing.Pipe(duplex=True)
+        status_r, status_w = os.pipe()
+        try:
+            ends = [theirs.fileno(), out_w.fileno(), their_watch.fileno(), status_w]
+            zygote.leader(zygote.ask(WorkerRequest(self.setup.to_json()), ends))  # forked once answered
+        except BaseException:
+            for conn in (channel, out_r, watch):
+                conn.close()
+            os.close(status_r)
+            raise
+        finally:
+            for end in (theirs, out_w, their_watch):
+                end.close()
+            os.close(status_w)
+        self.spawned += 1
+        return Worker(ForkedProcess(status_r), channel, out_r, watch, fresh=False)
 
 
 def _stop_multiprocessing_helpers(method: str) -> None:
@@ -206,12 +285,12 @@ def _stop_multiprocessing_helpers(method: str) -> None:
 def pool_capacity(cases: Iterable[Case], skip: Collection[str], handoffs: Collection[str], method: str) -> int:
     """Workers alive at once, counting only the cases that will run (a student's ``-k`` run of small
     cases starts only those).  A regroup costs a Gloo rendezvous and the student's modules imported
-    again (A9 alternates world sizes: 83 of them).  Forked from the fork server a worker is cheap, so
+    again (A9 alternates world sizes: 83 of them).  Forked (by the fork server or the zygote) a worker is cheap, so
     every group the cases need keeps its own, as in the full sandbox: one per world size, and one of
     fresh ranks per world size where a kind hands off (``AssignmentPack.handoffs``).  Spawned, each
     costs a torch import (about 1.5 s of CPU), so only as many as the largest group has ranks."""
     running = [case for case in cases if case.name not in skip]
-    if method != "forkserver":
+    if method == "spawn":
         return max((case.processes for case in running), default=1)
     groups = {key for case in running for key in case.rank_groups(handoffs)}
     return max(sum(size for _, size in groups), 1)

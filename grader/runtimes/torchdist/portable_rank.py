@@ -55,6 +55,14 @@ class WorkerSetup:
     side: RankSide  # what the pack's ranks import
     student: dict[str, Any]  # rank.StudentConfig fields
 
+    def to_json(self) -> dict[str, Any]:
+        """As the session's zygote is told it (``zygote.WorkerRequest``)."""
+        return {"sandbox": self.sandbox, "side": self.side.to_json(), "student": self.student}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WorkerSetup:
+        return cls(str(data["sandbox"]), RankSide.from_json(data["side"]), dict(data["student"]))
+
 
 class WatchedStatus:
     """The guard's status (``StatusSlot``'s interface), kept in the rank for the watchdog to read."""
@@ -84,6 +92,14 @@ def main(setup: WorkerSetup, channel: Any, output: Any, watch: Any) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def forked_main(setup: dict[str, Any], channel: int, output: int, watch: int) -> None:
+    """A worker the session's zygote forked (``zygote.worker``): :func:`main` on the descriptors the
+    session sent it, the ends of the connections ``portable.WorkerPool`` made."""
+    from multiprocessing.connection import Connection
+
+    main(WorkerSetup.from_json(setup), Connection(channel), Connection(output, readable=False), Connection(watch))
 
 
 def _redirect_output(output: Any) -> None:

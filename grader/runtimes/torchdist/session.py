@@ -16,7 +16,7 @@ from typing import Any
 
 from grader.pack import AssignmentPack
 from grader.runtimes import RankSide
-from grader.runtimes.torchdist.zygote import ZYGOTE_ENV, GroupRequest, scrubbed_environment
+from grader.runtimes.torchdist.zygote import ZYGOTE_ENV, GroupRequest, WorkerRequest, scrubbed_environment
 from grader.sandbox.cgroups import Cgroups
 from grader.sandbox.slots import Slot
 
@@ -119,10 +119,10 @@ class Zygote:
             raise OSError(f"the zygote exited while starting ({self._status()})")
         self._ready = True
 
-    def ask(self, request: GroupRequest, fds: list[int]) -> int:
-        """Ask for a group without waiting for it: returns the ticket :meth:`leader` takes.  A session
-        asks for all its groups at once, so the zygote forks their leaders one after another while the
-        session prepares the next group (issue 23: waiting for each fork cost A9 0.3-0.5 s)."""
+    def ask(self, request: GroupRequest | WorkerRequest, fds: list[int]) -> int:
+        """Ask for a group (or a portable worker) without waiting for it: returns the ticket :meth:`leader`
+        takes.  A session asks for all its groups at once, so the zygote forks their leaders one after
+        another while the session prepares the next group (issue 23: waiting for each fork cost A9 0.3-0.5 s)."""
         self.wait_ready()
         socket.send_fds(self._sock, [json.dumps(asdict(request)).encode()], fds)
         self._asked += 1

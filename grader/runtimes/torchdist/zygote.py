@@ -26,6 +26,14 @@ Protocol: the session sends one request per group on a ``SOCK_SEQPACKET`` socket
 (see :class:`GroupRequest`) with the rank processes' descriptors attached (``SCM_RIGHTS``).  The
 zygote answers ``{"leader": pid}``.  Nothing the zygote receives decides a grade: it is told where
 the ranks' pipes are, never what a case expects.
+
+The portable runtime's session, where its host forked a zygote (Linux), asks it for workers instead
+(:class:`WorkerRequest`, answered alike): each is forked here rather than by a fork server that
+imports torch for every grading, and a warm host's zygote has imported nothing a grading paid for::
+
+    zygote
+      waiter                    one per worker: writes the worker's pid, then its exit status
+        worker                  ``portable_rank``: joins group after group of one session
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -68,9 +77,23 @@ class GroupRequest:
     student: dict[str, Any]  # how the pack's student code is laid out and judged (rank.StudentConfig)
     userns: bool = False  # rootless: the user namespace owning netns follows it; the leader joins it first
 
-    @classmethod
-    def parse(cls, data: bytes) -> GroupRequest:
-        return cls(**json.loads(data))
+
+@dataclass(frozen=True)
+class WorkerRequest:
+    """What a portable session asks for: one worker (``portable_rank``), told what a spawned one is told
+    (``portable_rank.WorkerSetup.to_json``).  Descriptors arrive alongside: the worker's ends of its
+    channel, output and watch connections, then the write end of its status pipe (:func:`worker`)."""
+
+    worker: dict[str, Any]
+
+
+#: How a waiter writes the worker's pid and exit status (``multiprocessing``'s fork server writes its own so)
+STATUS = struct.Struct("q")
+
+
+def parse(data: bytes) -> GroupRequest | WorkerRequest:
+    fields = json.loads(data)
+    return WorkerRequest(**fields) if "worker" in fields else GroupRequest(**fields)
 
 
 #: The environment of every process that computes a grade's numbers, the session's and the ranks':
@@ -171,11 +194,16 @@ def serve(sock: socket.socket, bodies: str) -> None:
             continue
         if not data:
             os._exit(0)  # the session closed its end
-        request = GroupRequest.parse(data)
+        request = parse(data)
+        if isinstance(request, WorkerRequest):
+            from grader.runtimes.torchdist import portable_rank  # noqa: F401 - imported once, for every worker
         pid = os.fork()
         if pid == 0:
             sock.close()
-            leader(request, fds, importlib.import_module(bodies))  # never returns
+            if isinstance(request, WorkerRequest):
+                worker(request, fds)  # never returns
+            else:
+                leader(request, fds, importlib.import_module(bodies))  # never returns
         for fd in fds:
             os.close(fd)
         sock.send(json.dumps({"leader": pid}).encode())
@@ -220,6 +248,35 @@ def leader(request: GroupRequest, fds: list[int], bodies: Any) -> None:
             _wait_for(child)
         else:
             init(request, fds[:n], report, bodies, pid_namespace=False)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def worker(request: WorkerRequest, fds: list[int]) -> None:
+    """A portable worker's waiter (never returns): forks the worker on the descriptors it was sent,
+    writes its pid and, once it ended, its exit status to the status pipe (what the session's
+    ``portable.ForkedProcess`` reads), then exits.  The waiter dies with the zygote, the worker with
+    the waiter."""
+    from grader.sandbox.parent import die_with_parent
+
+    code = 1
+    try:
+        die_with_parent(os.getppid(), signal.SIGKILL)
+        *ends, status = fds
+        waiter = os.getpid()
+        child = os.fork()
+        if child == 0:
+            os.close(status)
+            die_with_parent(waiter, signal.SIGKILL)
+            from grader.runtimes.torchdist import portable_rank
+
+            portable_rank.forked_main(request.worker, *ends)  # never returns
+        for fd in ends:
+            os.close(fd)
+        os.write(status, STATUS.pack(child))
+        _, ended = os.waitpid(child, 0)
+        os.write(status, STATUS.pack(os.waitstatus_to_exitcode(ended)))
         code = 0
     finally:
         os._exit(code)
