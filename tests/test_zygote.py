@@ -134,8 +134,11 @@ def _hosted_zygote(grading: int, deadline: float) -> tuple[int, int]:
             except OSError:
                 continue
         for pid, ppid in hosts.items():
-            if ppid in hosts and _memory_holds(ppid, b"matrix-config.json"):  # the session read its config
-                return ppid, pid
+            try:  # the pairs below the zygote (a group's leader, init, ranks) come and go with their groups
+                if ppid in hosts and _memory_holds(ppid, b"matrix-config.json"):  # the session read its config
+                    return ppid, pid
+            except OSError:
+                continue
         time.sleep(0.05)
     raise AssertionError("no session host forked a zygote in time")
 
