@@ -3,6 +3,7 @@ in one run (README's Measurements; issue 41 asks the re-grade to take at most ha
 
     python scripts/bench-watch.py                              # reference/a9, 3 rounds of each
     python scripts/bench-watch.py --tree student_template/a9 --rounds 5
+    python scripts/bench-watch.py --isolation portable         # as on macOS and Windows (forked on Linux)
 
 Cold: the wall time of ``python -m grader grade TREE --out DIR``, a process of its own, as a student
 types it.  Re-grade: from a save of a graded file (a comment appended to ``src/collectives.py``, which
@@ -31,12 +32,11 @@ SCORE = re.compile(r"^Score: (\S+)/")
 EDITED = "src/collectives.py"
 
 
-def cold(tree: Path, out: Path) -> tuple[float, str]:
+def cold(tree: Path, out: Path, isolation: str) -> tuple[float, str]:
     """One ``grader grade``: its wall time and score."""
     began = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "grader", "grade", str(tree), "--out", str(out)], capture_output=True, text=True
-    )
+    cmd = [sys.executable, "-m", "grader", "grade", str(tree), "--out", str(out), "--isolation", isolation]
+    done = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.monotonic() - began
     if done.returncode != 0:
         raise SystemExit(f"bench-watch: grader grade exited {done.returncode}\n{done.stderr[-2000:]}")
@@ -60,10 +60,10 @@ def _until(stream: IO[str], marker: str) -> list[str]:
     raise SystemExit("bench-watch: the watch loop ended:\n" + "\n".join(lines[-40:]))
 
 
-def regrades(tree: Path, out: Path, rounds: int) -> list[tuple[float, str]]:
+def regrades(tree: Path, out: Path, rounds: int, isolation: str) -> list[tuple[float, str]]:
     """``rounds`` re-grades under ``--watch``, each after a save: seconds from the save to its summary."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "grader", "grade", str(tree), "--out", str(out), "--watch"]
+    cmd = [sys.executable, "-m", "grader", "grade", str(tree), "--out", str(out), "--isolation", isolation, "--watch"]
     loop = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     assert loop.stdout is not None
     found = []
@@ -90,17 +90,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tree", default="reference/a9", help="the tree to grade, from the checkout's root")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--isolation", default="auto", choices=["auto", "full", "portable"], help="for every grading")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-watch-") as tmp:
         work = Path(tmp)
         tree = Path(shutil.copytree(REPO / args.tree, work / "tree", ignore=shutil.ignore_patterns("__pycache__")))
-        colds = [cold(tree, work / f"cold{i}") for i in range(args.rounds)]
-        warm = regrades(tree, work / "watch", args.rounds)
+        colds = [cold(tree, work / f"cold{i}", args.isolation) for i in range(args.rounds)]
+        warm = regrades(tree, work / "watch", args.rounds, args.isolation)
     scores = {score for _, score in colds + warm}
     if len(scores) != 1:
         raise SystemExit(f"bench-watch: the gradings disagree: {sorted(scores)}")
     cold_s, warm_s = statistics.median(t for t, _ in colds), statistics.median(t for t, _ in warm)
-    print(f"`{args.tree}`, score {scores.pop()} every time, {args.rounds} of each, medians:")
+    print(f"`{args.tree}`, --isolation {args.isolation}, score {scores.pop()} every time, {args.rounds} of each:")
     print("| grading | each, s | median s |")
     print("|---|---|---|")
     print(f"| `grader grade` (cold) | {', '.join(f'{t:.1f}' for t, _ in colds)} | {cold_s:.1f} |")
