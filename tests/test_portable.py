@@ -270,7 +270,9 @@ def test_spawned_workers_as_on_macos_and_windows_join_a_group_run_a_case_and_ser
 
 
 @pytest.mark.slow
-def test_on_linux_a_hosted_session_s_zygote_forks_its_workers_and_nothing_outlives_the_pool(tmp_path: Path) -> None:
+def test_on_linux_the_zygote_of_a_hosted_session_forks_its_workers_and_nothing_outlives_the_pool(
+    tmp_path: Path,
+) -> None:
     """Where the session's host forked a zygote, it forks the workers: each under a waiter of its own
     that reports the worker's pid and exit status.  A group that ended clean gives its workers back; a
     worker killed is seen ended, with its signal; closing the pool ends the zygote, every waiter and
