@@ -31,6 +31,14 @@ def environment_fault(exc: BaseException, under: Path | None = None) -> bool:
     return under is None or (exc.filename is not None and Path(str(exc.filename)).is_relative_to(under))
 
 
+def named(exc: OSError, path: Path | str) -> OSError:
+    """``exc``, or the same error naming ``path`` where it names no file (a write to a file already
+    open fails so): the message then says where to free space."""
+    if exc.filename is not None:
+        return exc
+    return OSError(exc.errno, exc.strerror or str(exc), str(path))
+
+
 def explain_environment(exc: OSError) -> str:
     """One line naming the path, what went wrong and what to do."""
     where = exc.filename if exc.filename is not None else "a file of the output directory"

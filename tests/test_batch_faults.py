@@ -9,6 +9,7 @@ rescoring every student, the gradebook and reports) is the real one.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -308,6 +309,25 @@ def test_a_disk_that_fills_up_mid_batch_stops_it_by_name_keeps_what_was_graded_a
         assert leftovers(tmp_path) == []
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_met_by_a_write_that_names_no_file_still_names_the_output_directory(
+    tmp_path, log, templates, monkeypatch
+):
+    """Which write of the batch meets the full disk depends on how much room was left; one to a file
+    already open fails naming no file (CI met one so).  The message still says where to free space."""
+    from grader.batch import workers
+
+    def full(*_: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as a write() to an open file raises it
+
+    roster = tmp_path / "roster"
+    student(roster, "s0")
+    monkeypatch.setattr(workers, "seal", full)
+    out = tmp_path / "out"
+    code, _, err = cli_batch(roster, out, templates, "--jobs", "1")
+    assert code == 3, err
+    assert err.startswith(f"grader: {out}: No space left on device. This is the machine, not the grader"), err
 
 
 # ----------------------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from grader.batch.cache import KEY_FILE, read_json
 from grader.batch.cluster import MAX_IN_FLIGHT, ClusterGrader, connect, parse_cluster
 from grader.batch.roster import Student, load_roster
 from grader.batch.workers import GRADED_DIR, Grader, grade_all, load_outcome, warm_hosts
-from grader.errors import UserError, environment_fault
+from grader.errors import UserError, environment_fault, named
 from grader.gradebook import (
     BATCH_FLAGS,
     DUPLICATE,
@@ -133,7 +133,7 @@ def run_batch(
     key = load_key(key_path(seal_key), out)
     students_dir = out / "students"
     students_dir.mkdir(parents=True, exist_ok=True)
-    with _exclusive(out):
+    with _exclusive(out), _naming(out):
         command = [*(grade_cmd or [sys.executable, "-m", "grader"]), "grade"]
         options = ["--backend", "docker", "--image", image] if backend == "docker" else []
         if trust_commit_time:
@@ -194,6 +194,18 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _naming(out: Path) -> Iterator[None]:
+    """A fault of the machine that names no file (a write to a file already open) names ``out``: the
+    instructor learns where to free space, whichever write of the batch met the full disk."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and environment_fault(exc, out):
+            raise named(exc, out) from exc
+        raise
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from grader.errors import named
 from grader.render.classroom import render_classroom
 from grader.render.gradescope import render_gradescope
 from grader.render.markdown import render_markdown
@@ -80,7 +81,7 @@ def atomic_write(path: Path, data: bytes) -> Path:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         if isinstance(exc, OSError) and exc.filename is None:  # a failed write names no file: name it
-            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+            raise named(exc, path) from exc
         raise
     return path
 
