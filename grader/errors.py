@@ -32,10 +32,8 @@ def environment_fault(exc: BaseException, under: Path | None = None) -> bool:
 
 
 def named(exc: OSError, path: Path | str) -> OSError:
-    """``exc``, or the same error naming ``path`` where it names no file (a write to a file already
-    open fails so): the message then says where to free space."""
-    if exc.filename is not None:
-        return exc
+    """``exc``, an error that names no file (a write to a file already open fails so), naming ``path``:
+    the message then says where to free space.  Its callers know which path a failed write was for."""
     return OSError(exc.errno, exc.strerror or str(exc), str(path))
 
 
