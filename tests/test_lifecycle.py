@@ -119,8 +119,7 @@ def test_a_grade_ended_by_a_signal_leaves_nothing(
     and while it ran, a sweep found every one of them locked."""
     grading = Grading(grade_args(tmp_path), tmpdir=scratch).under_way()
     assert len(grading.seen) > 5  # session, zygote, leaders, inits, ranks, the grandchild
-    made = {p.name for p in scratch.iterdir()}
-    assert any(name.startswith("grader-work-") for name in made) and any(name.startswith("grader-ws") for name in made)
+    assert _both_made(scratch), "no grading or rank-group directory in the grading's TMPDIR"
     assert tempdirs.sweep(scratch, grace_s=1.0) == []  # older than a second: locked since
     grading.proc.send_signal(sig)
     assert grading.wait(timeout=60) in codes
@@ -130,6 +129,19 @@ def test_a_grade_ended_by_a_signal_leaves_nothing(
         assert left and sorted(tempdirs.sweep(scratch, grace_s=0)) == left
     else:
         assert left == []
+
+
+def _both_made(scratch: Path, within: float = 60.0) -> bool:
+    """Whether the grading's directory and a rank group's are both in ``scratch`` at one moment, waiting
+    for it: between one group's end and the next one's start (long on a loaded machine) there is none."""
+    deadline = time.monotonic() + within
+    while True:
+        made = [p.name for p in scratch.iterdir()]
+        if any(n.startswith("grader-work-") for n in made) and any(n.startswith("grader-ws") for n in made):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
 
 
 @pytest.fixture

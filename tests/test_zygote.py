@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from grader.pack import load_pack
 from grader.runtimes import RANK_MODULES
@@ -99,7 +101,8 @@ def test_a_gradings_zygote_never_held_the_salt_and_dies_with_its_session(tmp_pat
     session."""
     secret = f"salt-{os.urandom(8).hex()}"
     env = {**os.environ, SALT_ENV: secret}
-    cmd = [sys.executable, "-m", "grader", "grade", str(REPO / "reference" / "a9"), "--out", str(tmp_path)]
+    tree, rubric = _a_session_that_stays(tmp_path)
+    cmd = [sys.executable, "-m", "grader", "grade", str(tree), "--rubric", str(rubric), "--out", str(tmp_path / "out")]
     grading = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         session, zygote_pid = _hosted_zygote(grading.pid, time.monotonic() + 60)
@@ -120,6 +123,21 @@ def test_a_gradings_zygote_never_held_the_salt_and_dies_with_its_session(tmp_pat
     finally:
         grading.kill()
         grading.wait()
+
+
+def _a_session_that_stays(tmp_path: Path) -> tuple[Path, Path]:
+    """The reference with a broadcast that spins, and a rubric that gives its case five minutes: the session
+    lives while the test looks at it, however slowly a loaded machine scans memory (a whole A9 grading
+    could end before the scans did)."""
+    tree = tmp_path / "spins"
+    shutil.copytree(REPO / "reference" / "a9", tree, ignore=shutil.ignore_patterns("__pycache__"))
+    with (tree / "src" / "collectives.py").open("a") as f:
+        f.write("\n\ndef my_broadcast(tensor, src=0):\n    while True:\n        pass\n")
+    data = yaml.safe_load((REPO / "rubrics" / "a9.yaml").read_text())
+    data["limits"]["case_timeout_s"] = data["limits"]["case_timeout_floor_s"] = 300
+    rubric = tmp_path / "rubric.yaml"
+    rubric.write_text(yaml.safe_dump(data))
+    return tree, rubric
 
 
 def _hosted_zygote(grading: int, deadline: float) -> tuple[int, int]:
