@@ -210,3 +210,47 @@ def test_success_leaves_nothing(tmp_path: Path) -> None:
     assert grading.wait(timeout=240) == 0
     assert marked() - grading.before == set() or grading.seen
     assert_all_gone(grading.seen)
+
+
+def test_a_group_close_cut_short_by_the_runners_sigterm_is_finished_by_the_sessions(
+    tmp_path: Path, scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SIGTERM that stops a session can land in a group's close (a hung case's group is closed
+    after it).  The session's own close then closes that group again: its ranks end and its directory
+    goes, and no descriptor the first close let go of is closed again, since by then it may be another
+    file's (stop 51's CI left a ``grader-ws8-*`` directory so)."""
+    from grader.limits import Limits
+    from grader.pack import load_pack
+    from grader.runtimes.torchdist.launcher import RankGroup
+    from grader.runtimes.torchdist.session import Sandboxing, Zygote, student_config
+
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    pack = load_pack("a9")
+    sandbox = tmp_path / "sandbox"
+    shutil.copytree(REPO / "reference" / "a9", sandbox)
+    zygote = Zygote.start(pack.rank_side)
+    sandboxing = Sandboxing(None, network=True, pid_namespace=True)
+    group = RankGroup(2, sandbox, Limits(), zygote, sandboxing, student_config(pack, {}))
+    try:
+        group.start()
+        ranks = [rk.pid for rk in group._ranks]
+        assert len(ranks) == 2 and all(map(alive, ranks)) and list(scratch.iterdir()) == [group._dir]
+
+        def sigterm(pids: list[int], timeout: float = 5.0) -> None:
+            raise KeyboardInterrupt  # what the session's SIGTERM handler raises
+
+        with monkeypatch.context() as cut:
+            cut.setattr(RankGroup, "_wait_gone", staticmethod(sigterm))
+            with pytest.raises(KeyboardInterrupt):
+                group.close()
+        other = os.open(os.devnull, os.O_RDONLY)  # the lowest free number: one the first close let go of
+        try:
+            group.close()
+            os.fstat(other)  # still open: the second close closed nothing twice
+        finally:
+            os.close(other)
+        assert_all_gone(set(ranks), within=10.0)
+        assert list(scratch.iterdir()) == []
+    finally:
+        group.close()
+        zygote.close()

@@ -50,5 +50,4 @@ def probe_imports(group: Group, pack: AssignmentPack, case: Case, failures: Fail
     except GroupStartError:
         return  # the probe decides nothing then: each case is charged its own threads
     finally:
-        if group.alive:  # else closed already: after a case that left it unclean, or a failed start
-            group.close()
+        group.close()  # again, if a case that left it unclean or a failed start closed it: that is safe

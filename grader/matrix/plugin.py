@@ -389,12 +389,13 @@ class MatrixSession:
     def close(self) -> None:
         """Kill every group, then close them side by side: most of a close is waiting (for the ranks to
         die, and for the kernel to let go of the group's packet socket, an RCU grace period each), and
-        A9's eleven groups closed one after another took 0.2 s of every grading (issue 23)."""
-        live = [g for g in [*self.groups.values(), *self.fresh_groups.values(), *self.launched.values()] if g.alive]
-        for group in live:
+        A9's eleven groups closed one after another took 0.2 s of every grading (issue 23).  Closed
+        ones too: a close that the runner's SIGTERM cut short is finished here (``RankGroup.close``)."""
+        every = [*self.groups.values(), *self.fresh_groups.values(), *self.launched.values()]
+        for group in every:
             group.kill()  # here, one at a time: it may still read the zygote's answer for its leader
-        with ThreadPoolExecutor(max_workers=max(1, len(live))) as closing:
-            for closed in [closing.submit(group.close) for group in live]:
+        with ThreadPoolExecutor(max_workers=max(1, len(every))) as closing:
+            for closed in [closing.submit(group.close) for group in every]:
                 closed.result()
         if self.pool is not None:
             self.pool.close()

@@ -256,25 +256,29 @@ class RankGroup(GroupLifecycle):
             self._leader = self.zygote.leader(ticket)
 
     def close(self) -> None:
-        """End the group and everything it started; remove its files and cgroups."""
+        """End the group and everything it started; remove its files and cgroups.  A close cut short
+        (the session's SIGTERM arrives in it) is finished by the next: each resource is let go of once,
+        and forgotten as it is, so that no descriptor is closed twice."""
+        self.alive = False
         with contextlib.suppress(OSError):  # a zygote that died took the leader with it
             self._take_leader()
-        for rk in self._ranks:
+        ranks, self._ranks = self._ranks, []
+        for rk in ranks:
             for fd in (rk.control, rk.result, rk.output, rk.stacks):
                 with contextlib.suppress(OSError):
                     os.close(fd)
             rk.status.close()
         if self._leader:
             self.kill()
-            self._wait_gone([self._leader, *(rk.pid for rk in self._ranks if rk.pid)])
+            self._wait_gone([self._leader, *(rk.pid for rk in ranks if rk.pid)])
+            self._leader = 0
         if self._cgroups is not None:
-            self._cgroups.close()
-        if self._network is not None:
-            self._network.close()
+            self._cgroups.close()  # itself safe to run again
+            self._cgroups = None
+        network, self._network = self._network, None  # its descriptors: closed once
+        if network is not None:
+            network.close()
         self._init.close()
-        self._ranks = []
-        self._leader = 0
-        self.alive = False
         for _ in range(RMTREE_TRIES):  # a rank that took long to die may still have written into it
             shutil.rmtree(self._dir, ignore_errors=True)
             if not self._dir.exists():

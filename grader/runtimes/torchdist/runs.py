@@ -139,7 +139,7 @@ class Group(Protocol):
 
     def kill(self) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self) -> None: ...  # safe to call again: it finishes a close cut short
 
 
 class GroupLifecycle:
