@@ -138,13 +138,13 @@ def _running(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize(("system", "method"), [("linux", "forkserver"), ("darwin", "spawn"), ("win32", "spawn")])
-def test_workers_fork_from_a_torch_loaded_server_only_on_linux(system: str, method: str) -> None:
+@pytest.mark.parametrize(("system", "method"), [("linux", "zygote"), ("darwin", "spawn"), ("win32", "spawn")])
+def test_workers_fork_from_the_sessions_zygote_only_on_linux(system: str, method: str) -> None:
     """Windows has no fork, and macOS's system frameworks are not safe to fork after they load."""
     assert start_method(system) == method
 
 
-@pytest.mark.parametrize("method", ["forkserver", "spawn", "zygote"])
+@pytest.mark.parametrize("method", ["spawn", "zygote"])
 def test_portable_layers_name_every_layer_the_full_sandbox_reports_and_say_advisory(method: str) -> None:
     layers = Isolation("portable", "no os.fork on this platform").layers(method)
     assert f"({method})" in layers["zygote"] and "scrubbed environment" in layers["zygote"]
@@ -235,17 +235,20 @@ def test_forked_every_group_that_will_run_keeps_its_own_workers_as_in_the_full_s
     pack = load_pack("a9")
     cases, handoffs = list(pack.cases()), set(pack.handoffs)
     # world sizes 1, 2, 3, 4, 5 and 8, and the tensor-parallel forward's fresh ranks at 1, 2, 3, 4 and 8
-    assert pool_capacity(cases, set(), handoffs, "forkserver") == (1 + 2 + 3 + 4 + 5 + 8) + (1 + 2 + 3 + 4 + 8)
+    assert pool_capacity(cases, set(), handoffs, "zygote") == (1 + 2 + 3 + 4 + 5 + 8) + (1 + 2 + 3 + 4 + 8)
     skip = {c.name for c in cases if c.world_size != 2}
-    assert pool_capacity(cases, skip, handoffs, "forkserver") == 2 + 2
-    assert pool_capacity(cases, {c.name for c in cases}, handoffs, "forkserver") == 1
+    assert pool_capacity(cases, skip, handoffs, "zygote") == 2 + 2
+    assert pool_capacity(cases, {c.name for c in cases}, handoffs, "zygote") == 1
 
 
 @pytest.mark.slow
 def test_spawned_workers_as_on_macos_and_windows_join_a_group_run_a_case_and_serve_the_next(tmp_path: Path) -> None:
     """The spawn branch, which only macOS and Windows take, run here on Linux: the pool starts its
     workers at once, a group of them runs the runtime's own allreduce, and a group that ended clean
-    gives them back for the next instead of spawning more."""
+    gives them back for the next instead of spawning more; closed, it leaves no worker, not the
+    resource tracker that spawning started, and no directory of ``multiprocessing``'s (pymp-*)."""
+    import multiprocessing
+
     import torch
 
     from grader.limits import Limits
@@ -255,7 +258,11 @@ def test_spawned_workers_as_on_macos_and_windows_join_a_group_run_a_case_and_ser
     pack = load_pack("a9")
     sandbox = tmp_path / "sandbox"
     shutil.copytree(REPO / "reference" / "a9", sandbox)
-    pool = portable.WorkerPool(2, sandbox, pack.rank_side, student_config(pack, {}), method="spawn")
+    helpers = _multiprocessing_helpers()
+    config = multiprocessing.process.current_process()._config  # type: ignore[attr-defined]
+    tempdir = config.get("tempdir")
+    pool = portable.WorkerPool(2, sandbox, pack.rank_side, student_config(pack, {}))
+    assert pool.method == "spawn"
     workers = list(pool.idle)
     try:
         assert len(workers) == 2
@@ -267,6 +274,8 @@ def test_spawned_workers_as_on_macos_and_windows_join_a_group_run_a_case_and_ser
     finally:
         pool.close()
     assert not any(w.process.is_alive() for w in workers)
+    assert _multiprocessing_helpers() - helpers == set()
+    assert config.get("tempdir") in (tempdir, None) or not Path(config["tempdir"]).exists()
 
 
 @pytest.mark.slow
@@ -289,7 +298,7 @@ def test_on_linux_the_zygote_of_a_hosted_session_forks_its_workers_and_nothing_o
     sandbox = tmp_path / "sandbox"
     shutil.copytree(REPO / "reference" / "a9", sandbox)
     zygote = Zygote.start(pack.rank_side)  # a grading's is its host's; this one is a process of its own
-    pool = portable.WorkerPool(3, sandbox, pack.rank_side, student_config(pack, {}), "forkserver", zygote)
+    pool = portable.WorkerPool(3, sandbox, pack.rank_side, student_config(pack, {}), zygote)
     assert pool.method == "zygote" and pool.idle == []  # forked when a group needs them, not ahead
 
     def parent(pid: int) -> int:
@@ -327,33 +336,6 @@ def test_on_linux_the_zygote_of_a_hosted_session_forks_its_workers_and_nothing_o
     assert [pid for pid in ended if alive(pid)] == []
 
 
-@pytest.mark.slow
-def test_a_closed_fork_server_pool_leaves_no_directory_of_multiprocessing_behind(tmp_path: Path) -> None:
-    """The fork server's socket lives in a pymp-* directory that multiprocessing removes only when the
-    interpreter exits normally, which a session ending with os._exit never does: the pool removes it."""
-    import multiprocessing
-
-    import torch
-
-    from grader.limits import Limits
-    from grader.runtimes.torchdist.portable_group import PortableGroup
-    from grader.runtimes.torchdist.session import student_config
-
-    pack = load_pack("a9")
-    sandbox = tmp_path / "sandbox"
-    shutil.copytree(REPO / "reference" / "a9", sandbox)
-    pool = portable.WorkerPool(2, sandbox, pack.rank_side, student_config(pack, {}), method="forkserver")
-    try:
-        with PortableGroup(2, Limits(), pool) as group:
-            run = group.run_case({"op": "calibrate"}, [{"x": torch.ones(8)}] * 2, 60.0)
-            assert [rep.status for rep in run.ranks] == ["ok", "ok"], run.output
-        tempdir = Path(multiprocessing.process.current_process()._config["tempdir"])  # type: ignore[attr-defined]
-        assert tempdir.name.startswith("pymp-") and tempdir.is_dir()
-    finally:
-        pool.close()
-    assert not tempdir.exists()
-
-
 def _multiprocessing_helpers() -> set[int]:
     """Pids of ``multiprocessing``'s fork servers and resource trackers on this machine (but another
     test worker's: its Dask cluster has its own)."""
@@ -370,8 +352,8 @@ def _multiprocessing_helpers() -> set[int]:
 
 @pytest.mark.slow
 def test_a_portable_grading_leaves_no_process_behind(tmp_path: Path) -> None:
-    """Not even ``multiprocessing``'s fork server, which would otherwise outlive the session by the
-    second it takes to tear torch down."""
+    """Not even one of ``multiprocessing``'s helpers (a fork server, a resource tracker), which would
+    otherwise outlive the session."""
     before = _multiprocessing_helpers()
     results = _verdicts(tmp_path, REPO / "reference" / "a9", ["test_allreduce[ws2-float32-4x5]"])
     assert results["test_allreduce[ws2-float32-4x5]"][0] == "pass"

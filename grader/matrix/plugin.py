@@ -94,7 +94,7 @@ class MatrixSession:
             method = mode.start_method()
             capacity = portable.pool_capacity(self.pack.cases(), set(config.skip), set(self.pack.handoffs), method)
             forks = Zygote.forked() if self.isolation.hosted else None  # the pool's workers' (Linux)
-            self.pool = portable.WorkerPool(capacity, self.sandbox, self.pack.rank_side, self.student, method, forks)
+            self.pool = portable.WorkerPool(capacity, self.sandbox, self.pack.rank_side, self.student, forks)
         else:
             self.zygote = Zygote.forked()  # by this process's host, before it was the session
             self.sandboxing = Sandboxing.for_this_process(

@@ -24,11 +24,12 @@ ADVISORY = "advisory; the instructor's run is the grade of record"
 
 
 def start_method(system: str = sys.platform) -> str:
-    """How a portable worker starts.  On Linux, forked from a fresh interpreter that imported torch
-    once, in the scrubbed environment (``forkserver``): a torch import per worker is most of this
-    runtime's cost.  Elsewhere, a fresh interpreter of its own (``spawn``): Windows has no fork, and
-    macOS's system frameworks are not safe to fork, which is why Python spawns there too."""
-    return "forkserver" if system.startswith("linux") else "spawn"
+    """How a portable worker starts.  On Linux, forked from the zygote the session's host forked before
+    it was told anything (``zygote``): a torch import per worker is most of this runtime's cost, and a
+    warm host has paid it before the grading.  Elsewhere, a fresh interpreter of its own (``spawn``):
+    Windows has no fork, and macOS's system frameworks are not safe to fork, which is why Python spawns
+    there too."""
+    return "zygote" if system.startswith("linux") else "spawn"
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ class Isolation:
         """Whether the session runs in a host that forks a zygote first (``grader.matrix.host``): the
         sandbox's always; the portable runtime's where its workers can be forked (Linux), so that the
         zygote forks them (``portable.WorkerPool``)."""
-        return not self.portable or start_method() == "forkserver"
+        return not self.portable or start_method() == "zygote"
 
     def measured(self, traffic: Traffic | None) -> Traffic | None:
         """The traffic a case is decided on.  Rootless, the capture's buffer is capped at
@@ -85,7 +86,6 @@ class Isolation:
             return {"mode": f"on: {self.name} ({self.why})"}
         off = "off: portable runtime"
         started = {
-            "forkserver": "forked from a fresh interpreter that imported only torch and the rank runtime (forkserver)",
             "spawn": "a fresh interpreter (spawn)",
             "zygote": "forked from the session's zygote, which imported only torch and the rank side (zygote)",
         }[method or start_method()]

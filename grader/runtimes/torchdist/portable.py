@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import multiprocessing.forkserver
+import multiprocessing.connection
 import multiprocessing.resource_tracker
-import multiprocessing.util
 import os
 import signal
 import sys
@@ -33,7 +32,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from grader.runtimes import RankSide
-from grader.runtimes.torchdist.mode import start_method
 from grader.runtimes.torchdist.portable_rank import LOOPBACK, WorkerSetup, main
 from grader.runtimes.torchdist.zygote import NUMERICS_ENV, STATUS, WorkerRequest
 
@@ -44,14 +42,12 @@ if TYPE_CHECKING:
 #: Environment a spawned rank keeps: what Python and the OS need to start, nothing of the grader's.
 KEEP_ENV = ("PATH", "SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "TEMP", "TMP", "LANG", "LC_ALL", "PATHEXT", "COMSPEC")
 SPAWN_S = 90.0  # added to a group's start budget while a worker still imports torch (a loaded laptop)
-#: What a forked worker would otherwise import first, the pack's rank side (``RankSide.modules``) aside.
-FORKSERVER_PRELOAD = ("torch", "torch.distributed", "grader.runtimes.torchdist.rank", "grader.sandbox.wire")
 
 
 @contextlib.contextmanager
 def _scrubbed_environment() -> Any:
-    """A spawned worker, or the fork server, gets this process's environment: for the time it starts,
-    that is only what Python needs (never the session's config path, let alone a salt)."""
+    """A spawned worker gets this process's environment: for the time it starts, that is only what
+    Python needs (never the session's config path, let alone a salt)."""
     saved = dict(os.environ)
     try:
         os.environ.clear()
@@ -70,7 +66,8 @@ def _scrubbed_environment() -> Any:
 class ForkedProcess:
     """A worker the session's zygote forked (``zygote.worker``), with the part of ``multiprocessing.
     Process``'s interface the pool and its groups use.  Its waiter writes the worker's pid, then its
-    exit status, to a pipe whose read end is the sentinel (as a fork server's worker is watched)."""
+    exit status, to a pipe whose read end is the sentinel (as ``multiprocessing``'s fork server reports
+    on the workers it forks)."""
 
     def __init__(self, sentinel: int) -> None:
         self.sentinel = sentinel
@@ -114,7 +111,7 @@ class ForkedProcess:
 class Worker:
     """One worker process and the session's ends of its connections."""
 
-    process: Any  # multiprocessing's SpawnProcess or ForkServerProcess, or a ForkedProcess
+    process: Any  # multiprocessing's SpawnProcess, or a ForkedProcess
     channel: Any  # Connection: frames both ways
     output: Any  # Connection: the rank's stdout and stderr
     watch: Any  # Connection: the watchdog
@@ -146,12 +143,11 @@ class WorkerPool:
     workers live at once (:func:`pool_capacity`): a group that needs more takes them from the least
     recently used idle groups (a bound a laptop's memory needs, too).
 
-    The workers start while the session imports torch itself.  Spawned, they all start at once; with a
-    fork server, only the server does (its torch import is theirs), and each worker is forked when a
-    group first needs it: starting one waits for the server's import to finish.  Where the session's
-    host forked a zygote (Linux, ``grader.matrix.host``), the zygote forks each worker instead
-    (``method`` "zygote"): it imported torch and the pack's rank side before the host was told
-    anything, so a host forked warm (``grader.matrix.warm``) starts its workers without any import."""
+    Where the session's host forked a zygote (Linux, ``grader.matrix.host``), the zygote forks each
+    worker when a group first needs it (``method`` "zygote"): it imported torch and the pack's rank side
+    before the host was told anything, so a host forked warm (``grader.matrix.warm``) starts its workers
+    without any import.  Elsewhere (macOS, Windows: ``mode.start_method``) they are spawned, all at once,
+    so that their torch imports overlap the session's own."""
 
     def __init__(
         self,
@@ -159,22 +155,17 @@ class WorkerPool:
         sandbox: Path,
         side: RankSide,
         student: dict[str, Any],
-        method: str = "",
         zygote: Zygote | None = None,
     ):
         self.capacity = capacity
         self.setup = WorkerSetup(str(sandbox), side, student)
         self.zygote = zygote  # the pool's to close
-        self.method = "zygote" if zygote is not None else method or start_method()
-        self.context: Any = multiprocessing.get_context(self.method) if zygote is None else None
+        self.method = "zygote" if zygote is not None else "spawn"
         self.idle: list[Worker] = []
         self.groups: list[Tenant] = []  # live groups, least recently used first
         self.spawned = 0  # workers started over the session
-        with _scrubbed_environment():
-            if self.method == "forkserver":
-                multiprocessing.forkserver.set_forkserver_preload([*FORKSERVER_PRELOAD, *side.modules])
-                multiprocessing.forkserver.ensure_running()  # starts the server; does not wait for it
-            elif self.method == "spawn":
+        if zygote is None:
+            with _scrubbed_environment():
                 self.idle = [self._spawn() for _ in range(capacity)]
 
     def take(self, n: int, group: Tenant) -> list[Worker]:
@@ -219,12 +210,13 @@ class WorkerPool:
         self.idle = []
         if self.zygote is not None:
             self.zygote.close()
-        _stop_multiprocessing_helpers(self.method)
+        else:
+            _stop_resource_tracker()
 
     def _spawn(self) -> Worker:
         if self.zygote is not None:
             return self._forked(self.zygote)
-        ctx = self.context
+        ctx = multiprocessing.get_context("spawn")
         channel, theirs = ctx.Pipe(duplex=True)
         out_r, out_w = ctx.Pipe(duplex=False)
         watch, their_watch = ctx.Pipe(duplex=True)
@@ -258,34 +250,19 @@ class WorkerPool:
         return Worker(ForkedProcess(status_r), channel, out_r, watch, fresh=False)
 
 
-def _stop_multiprocessing_helpers(method: str) -> None:
-    """``multiprocessing``'s own processes, the fork server and the resource tracker, end by themselves
-    once the session has: the server only after tearing torch down, a second or more after the grading
-    returned.  A grading leaves no process behind, so they end here, the server killed (it holds
-    nothing), and no directory either.  CPython has no public way to stop either process; ``_stop``
-    is what its own tests use."""
-    if method == "forkserver":
-        server = multiprocessing.forkserver._forkserver
-        pid = getattr(server, "_forkserver_pid", None)
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            server._stop()  # type: ignore[attr-defined]
+def _stop_resource_tracker() -> None:
+    """Spawning starts ``multiprocessing``'s resource tracker, which ends by itself only once the session
+    has.  A grading leaves no process behind, so it ends here.  CPython has no public way to stop it;
+    ``_stop`` is what its own tests use."""
     stop = getattr(multiprocessing.resource_tracker._resource_tracker, "_stop", None)  # not in every Python
     if stop is not None:
         stop()
-    # Its temporary directory (pymp-*, where the fork server's socket was) goes with a finalizer that
-    # runs at the interpreter's exit, which a session that ends with os._exit never reaches: run now.
-    tempdir = multiprocessing.process.current_process()._config.get("tempdir")  # type: ignore[attr-defined]
-    for finalizer in list(multiprocessing.util._finalizer_registry.values()):  # type: ignore[attr-defined]
-        if tempdir is not None and tempdir in getattr(finalizer, "_args", ()):
-            finalizer()
 
 
 def pool_capacity(cases: Iterable[Case], skip: Collection[str], handoffs: Collection[str], method: str) -> int:
     """Workers alive at once, counting only the cases that will run (a student's ``-k`` run of small
     cases starts only those).  A regroup costs a Gloo rendezvous and the student's modules imported
-    again (A9 alternates world sizes: 83 of them).  Forked (by the fork server or the zygote) a worker is cheap, so
+    again (A9 alternates world sizes: 83 of them).  Forked by the zygote a worker is cheap, so
     every group the cases need keeps its own, as in the full sandbox: one per world size, and one of
     fresh ranks per world size where a kind hands off (``AssignmentPack.handoffs``).  Spawned, each
     costs a torch import (about 1.5 s of CPU), so only as many as the largest group has ranks."""

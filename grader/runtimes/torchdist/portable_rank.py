@@ -1,10 +1,11 @@
-"""Rank side of the portable runtime: one rank, started by ``multiprocessing``.
+"""Rank side of the portable runtime: one rank, forked by the session's zygote or spawned.
 
 Where the Linux sandbox cannot be built (no namespaces or ``/proc`` on macOS and Windows, no
-``fork`` on Windows), a rank is a process the session starts with ``multiprocessing``
-(``mode.start_method``: forked from a fork server that imported torch on Linux, a fresh
-interpreter elsewhere), in a scrubbed environment (no salt, no config path), and
-talks to the session over three ``multiprocessing`` connections, which work on every OS:
+``fork`` on Windows), a rank is a process the session starts (``mode.start_method``: forked from
+the zygote of the session's host on Linux, which imported torch before the host was told anything,
+spawned by ``multiprocessing`` as a fresh interpreter elsewhere), in a scrubbed environment (no salt,
+no config path), and talks to the session over three ``multiprocessing`` connections, which work on
+every OS:
 
 ``channel``   session -> rank ``join`` and case frames, rank -> session replies (``grader.sandbox.wire``)
 ``output``    the rank's stdout and stderr: file descriptors 1 and 2 are a pipe a thread forwards
