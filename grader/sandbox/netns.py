@@ -37,9 +37,12 @@ class GroupNetwork:
     userns: int | None = None  # rootless: an open /proc/<pid>/ns/user that owns the network namespace
 
     def close(self) -> None:
-        os.close(self.netns)
-        if self.userns is not None:
-            os.close(self.userns)
+        """Safe to run again (a group's close cut short is finished by the next): each descriptor is closed
+        once, since by the second time its number may be another file's."""
+        for fd in (self.netns, self.userns):
+            if fd is not None and fd >= 0:
+                os.close(fd)
+        self.netns, self.userns = -1, None
         self.capture.close()
 
 

@@ -256,13 +256,10 @@ class RankGroup(GroupLifecycle):
             self._leader = self.zygote.leader(ticket)
 
     def close(self) -> None:
-        """End the group and everything it started; remove its files and cgroups.  A close cut short
-        (the session's SIGTERM arrives in it) is finished by the next: each resource is let go of once,
-        and forgotten as it is, so that no descriptor is closed twice."""
-        self.alive = False
+        """End the group and all it started, its files and cgroups too; again, to finish a close cut short."""
         with contextlib.suppress(OSError):  # a zygote that died took the leader with it
             self._take_leader()
-        ranks, self._ranks = self._ranks, []
+        self.alive, ranks, self._ranks = False, self._ranks, []  # forgotten as let go of: none is closed twice
         for rk in ranks:
             for fd in (rk.control, rk.result, rk.output, rk.stacks):
                 with contextlib.suppress(OSError):
@@ -270,14 +267,12 @@ class RankGroup(GroupLifecycle):
             rk.status.close()
         if self._leader:
             self.kill()
-            self._wait_gone([self._leader, *(rk.pid for rk in ranks if rk.pid)])
+            self._wait_gone([self._leader, *(rk.pid for rk in ranks if rk.pid)])  # cut short here: killed again
             self._leader = 0
         if self._cgroups is not None:
-            self._cgroups.close()  # itself safe to run again
-            self._cgroups = None
-        network, self._network = self._network, None  # its descriptors: closed once
-        if network is not None:
-            network.close()
+            self._cgroups.close()  # each, itself, safe to run again
+        if self._network is not None:
+            self._network.close()
         self._init.close()
         for _ in range(RMTREE_TRIES):  # a rank that took long to die may still have written into it
             shutil.rmtree(self._dir, ignore_errors=True)
