@@ -194,7 +194,12 @@ def main() -> None:
                 f"the {args.pack} Classroom workflow scored {submission} {score}; reporter: Points {points:g}/{most:g}"
             )
             if score != args.expect:
-                raise SystemExit(f"expected {args.expect}: the Classroom path does not grade as the host does")
+                cases = [c for c in graded["cases"] if c["verdict"] != "pass"]
+                lost = [f"{c['id']}: {c['verdict']}: {c['message'][:400]}" for c in cases]
+                raise SystemExit(
+                    f"expected {args.expect}: the Classroom path does not grade as the host does; the cases that"
+                    " did not pass:\n" + "\n".join(lost)
+                )
             if (points, most) != (to_cents(graded["score"]) / 100, float(graded["max_score"])):
                 raise SystemExit(f"the reporter would send {points!r}/{most:g}, the grader scored {graded['score']}")
             return
