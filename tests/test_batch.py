@@ -173,7 +173,10 @@ def fake_main(argv: list[str]) -> int:
             if line.startswith("# fake: sleep="):
                 time.sleep(float(line.split("=")[1]))
         if "# fake: hang" in text.split("\n"):
-            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+            # A child the timeout must end too; silent, so that the log holds one traceback, never two
+            # interleaved as the two processes happen to write them (the cluster test compares logs).
+            quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], **quiet)
             Path(os.environ["FAKE_GRADER_LOG"] + ".pids").write_text(str(child.pid))
             time.sleep(600)
         if "# fake: kill-worker" in text:  # a grade that takes its worker down with it, every time
