@@ -61,6 +61,7 @@ SHARED_WORKER = {
 FIRST = ("fidelity", "marked")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks to name each test's group
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def group(item: pytest.Item) -> str:
         module = item.module.__name__.rpartition(".")[2] if item.module is not None else item.nodeid
