@@ -225,20 +225,20 @@ def test_intake_without_descriptor_walks_still_refuses_every_link(
 def test_spawned_the_pool_starts_as_many_workers_as_the_largest_group_that_will_run_has_ranks() -> None:
     pack = load_pack("a9")
     cases, handoffs = list(pack.cases()), set(pack.handoffs)
-    assert pool_capacity(cases, set(), handoffs, "spawn") == 8
+    assert pool_capacity(cases, set(), handoffs, forked=False) == 8
     skip = {c.name for c in cases if c.world_size != 2}  # e.g. a student's `grader grade . -k ws2`
-    assert pool_capacity(cases, skip, handoffs, "spawn") == 2
-    assert pool_capacity(cases, {c.name for c in cases}, handoffs, "spawn") == 1  # nothing to run: one, never zero
+    assert pool_capacity(cases, skip, handoffs, forked=False) == 2
+    assert pool_capacity(cases, {c.name for c in cases}, handoffs, forked=False) == 1  # nothing to run: one, never zero
 
 
 def test_forked_every_group_that_will_run_keeps_its_own_workers_as_in_the_full_sandbox() -> None:
     pack = load_pack("a9")
     cases, handoffs = list(pack.cases()), set(pack.handoffs)
     # world sizes 1, 2, 3, 4, 5 and 8, and the tensor-parallel forward's fresh ranks at 1, 2, 3, 4 and 8
-    assert pool_capacity(cases, set(), handoffs, "zygote") == (1 + 2 + 3 + 4 + 5 + 8) + (1 + 2 + 3 + 4 + 8)
+    assert pool_capacity(cases, set(), handoffs, forked=True) == (1 + 2 + 3 + 4 + 5 + 8) + (1 + 2 + 3 + 4 + 8)
     skip = {c.name for c in cases if c.world_size != 2}
-    assert pool_capacity(cases, skip, handoffs, "zygote") == 2 + 2
-    assert pool_capacity(cases, {c.name for c in cases}, handoffs, "zygote") == 1
+    assert pool_capacity(cases, skip, handoffs, forked=True) == 2 + 2
+    assert pool_capacity(cases, {c.name for c in cases}, handoffs, forked=True) == 1
 
 
 @pytest.mark.slow

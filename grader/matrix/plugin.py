@@ -91,9 +91,10 @@ class MatrixSession:
         if self.isolation.portable:
             from grader.runtimes.torchdist import portable
 
-            method = mode.start_method()
-            capacity = portable.pool_capacity(self.pack.cases(), set(config.skip), set(self.pack.handoffs), method)
             forks = Zygote.forked() if self.isolation.hosted else None  # the pool's workers' (Linux)
+            capacity = portable.pool_capacity(
+                self.pack.cases(), set(config.skip), set(self.pack.handoffs), forked=forks is not None
+            )
             self.pool = portable.WorkerPool(capacity, self.sandbox, self.pack.rank_side, self.student, forks)
         else:
             self.zygote = Zygote.forked()  # by this process's host, before it was the session

@@ -259,7 +259,7 @@ def _stop_resource_tracker() -> None:
         stop()
 
 
-def pool_capacity(cases: Iterable[Case], skip: Collection[str], handoffs: Collection[str], method: str) -> int:
+def pool_capacity(cases: Iterable[Case], skip: Collection[str], handoffs: Collection[str], forked: bool) -> int:
     """Workers alive at once, counting only the cases that will run (a student's ``-k`` run of small
     cases starts only those).  A regroup costs a Gloo rendezvous and the student's modules imported
     again (A9 alternates world sizes: 83 of them).  Forked by the zygote a worker is cheap, so
@@ -267,7 +267,7 @@ def pool_capacity(cases: Iterable[Case], skip: Collection[str], handoffs: Collec
     fresh ranks per world size where a kind hands off (``AssignmentPack.handoffs``).  Spawned, each
     costs a torch import (about 1.5 s of CPU), so only as many as the largest group has ranks."""
     running = [case for case in cases if case.name not in skip]
-    if method == "spawn":
+    if not forked:
         return max((case.processes for case in running), default=1)
     groups = {key for case in running for key in case.rank_groups(handoffs)}
     return max(sum(size for _, size in groups), 1)
