@@ -126,13 +126,13 @@ def test_a_gradings_zygote_never_held_the_salt_and_dies_with_its_session(tmp_pat
 
 
 def _a_session_that_stays(tmp_path: Path) -> tuple[Path, Path]:
-    """The reference with a broadcast that spins, and a rubric that gives its case five minutes: the session
+    """The reference with a broadcast that sleeps, and a rubric that gives its case five minutes: the session
     lives while the test looks at it, however slowly a loaded machine scans memory (a whole A9 grading
-    could end before the scans did)."""
-    tree = tmp_path / "spins"
+    could end before the scans did).  Asleep, not spinning: a spinning rank took a core from the suite."""
+    tree = tmp_path / "sleeps"
     shutil.copytree(REPO / "reference" / "a9", tree, ignore=shutil.ignore_patterns("__pycache__"))
     with (tree / "src" / "collectives.py").open("a") as f:
-        f.write("\n\ndef my_broadcast(tensor, src=0):\n    while True:\n        pass\n")
+        f.write("\n\ndef my_broadcast(tensor, src=0):\n    import time\n\n    time.sleep(3600)\n")
     data = yaml.safe_load((REPO / "rubrics" / "a9.yaml").read_text())
     data["limits"]["case_timeout_s"] = data["limits"]["case_timeout_floor_s"] = 300
     rubric = tmp_path / "rubric.yaml"
