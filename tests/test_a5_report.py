@@ -274,21 +274,37 @@ def test_a_whole_tensor_tolerance_forgives_one_element_across_a_kink_but_no_wron
     assert "relative error nan" in compare({"g": nan}, {"g": want}, tol)
 
 
-def test_honest_float32_work_passes_a_salt_whose_inputs_cross_a_kink() -> None:
-    """The whole model in float32, as a rank computes it, against the session's float64 baseline: with
-    salt "s19" a pre-activation of pp2-l6-b12-m4 sits within rounding of the ReLU's kink, and every
-    stage's gradients come out 0.11-0.19% off here.  The pack's tolerance passes them (1e-3 failed
-    such a draw about once in forty salts: honest work lost a case by its salt)."""
+def test_a_draw_with_a_pre_activation_at_the_kink_is_drawn_again_and_float32_work_passes() -> None:
+    """The whole model in float32, as a rank computes it, against the session's float64 baseline.  With
+    salt "s19" the first draw of pp2-l6-b12-m4 put a pre-activation within rounding of the ReLU's kink
+    (its stages' gradients came out 0.11-0.19% off; a rank's own order once moved the reference's
+    gradients 2.27% in another case, past the tolerance, and it lost the case on its salt).  That draw
+    is skipped, for the same next one every time, and every stage passes."""
     import torch
 
     from grader.matrix.verdicts import compare
     from grader.pack import load_pack
-    from grader.packs.a5.expected import TOLERANCE, baseline, own_layers
+    from grader.packs.a5.expected import TOLERANCE, _clear_of_the_kink, baseline, drawn_seed, own_layers
 
     case = next(c for c in load_pack("a5").cases() if c.name == "test_dataloader[pp2-l6-b12-m4]")
+    assert not _clear_of_the_kink(case, case.seed("s19"))
+    assert drawn_seed(case, "s19") == drawn_seed(case, "s19") != case.seed("s19")
+    assert _clear_of_the_kink(case, drawn_seed(case, "s19"))
     _, g1, g2 = baseline(case, "s19")
     _, f1, f2 = baseline(case, "s19", torch.float32)
     for stage in range(case.world_size):
         own = own_layers(case.params["number_of_layers"], stage, case.world_size)
         got = {"grad_fc1": f1[own], "grad_fc2": f2[own]}
         assert compare(got, {"grad_fc1": g1[own], "grad_fc2": g2[own]}, TOLERANCE) == "", stage
+
+
+def test_every_model_case_is_drawn_clear_of_the_kink() -> None:
+    """Each A5 case with a model, under a handful of salts: the weights and data a rank is sent keep every
+    pre-activation clear of the ReLU's kink (``expected.KINK_MARGIN``), so no honest stage's rounding
+    crosses it."""
+    from grader.pack import load_pack
+    from grader.packs.a5.expected import _clear_of_the_kink, drawn_seed
+
+    cases = [c for c in load_pack("a5").cases() if "number_of_layers" in c.params]
+    assert cases
+    assert all(_clear_of_the_kink(case, drawn_seed(case, f"salt{i}")) for case in cases for i in range(5))

@@ -29,17 +29,55 @@ def own_layers(layers: int, stage: int, stages: int) -> list[int]:
     return list(range(stage * per, (stage + 1) * per))
 
 
-def _weights(case: Case, salt: str) -> tuple[torch.Tensor, torch.Tensor]:
+#: A draw puts no pre-activation closer than this (times its layer's spread) to the ReLU's kink.  One
+#: within float32 rounding of it gates differently in a rank's arithmetic than in the float64 baseline,
+#: and can move a whole gradient tensor past ``TOLERANCE``: the reference lost ``test_pipelined[pp3-l9-
+#: b6-m2]`` (relative error 0.0227) on one random salt in CI.  Rounding moves a pre-activation by about
+#: 1e-6 of that spread here; a 12-layer case has about 86,000, so about half the draws are clear.
+KINK_MARGIN = 1e-5
+DRAWS = 64  # draws tried before the last is kept (none clear in 64: about 1e-19 at half a chance each)
+
+
+def drawn_seed(case: Case, salt: str) -> int:
+    """The seed of the case's weights and data: the salted one, or the first after it whose float64
+    forward keeps every pre-activation clear of the kink (``KINK_MARGIN``).  The same salt gives the
+    same seed, so a grade stays deterministic; every rank is sent it with its inputs."""
+    first = case.seed(salt)
+    if "number_of_layers" not in case.params:
+        return first
+    seeds = [(first + k) % (1 << 32) for k in range(DRAWS)]
+    return next((seed for seed in seeds if _clear_of_the_kink(case, seed)), seeds[-1])
+
+
+def _clear_of_the_kink(case: Case, seed: int) -> bool:
+    w1, w2 = (w.double() for w in _weights(case, seed))
+    x = _data(case, seed).double()
+    for i in range(case.params["number_of_layers"]):
+        pre = x @ w1[i].T
+        if bool((pre.abs() < KINK_MARGIN * pre.std()).any()):
+            return False
+        x = torch.relu(pre) @ w2[i].T
+    return True
+
+
+def _weights(case: Case, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     p = case.params
-    gen = torch.Generator().manual_seed(case.seed(salt))
+    gen = torch.Generator().manual_seed(seed)
     layers, hidden, inter = p["number_of_layers"], p["hidden_size"], p["intermediate_size"]
     w1 = torch.randn(layers, inter, hidden, generator=gen) * math.sqrt(2 / hidden)
     w2 = torch.randn(layers, hidden, inter, generator=gen) * math.sqrt(1 / inter)
     return w1, w2
 
 
-def _input_seed(case: Case, salt: str) -> int:
-    return case.seed(salt) % (1 << 31)
+def _input_seed(seed: int) -> int:
+    return seed % (1 << 31)
+
+
+def _data(case: Case, seed: int) -> torch.Tensor:
+    """The starter's own input: ``torch.rand`` after ``torch.manual_seed`` of the seed a rank is sent."""
+    p = case.params
+    gen = torch.Generator().manual_seed(_input_seed(seed))
+    return torch.rand((p["global_batch_size"], p["sequence_length"], p["hidden_size"]), generator=gen)
 
 
 def baseline(
@@ -49,9 +87,9 @@ def baseline(
     fake loss ``output.mean()`` per micro-batch, gradients summed over the micro-batches.  Computed in
     ``dtype``: float64 for a grade; float32, as the ranks compute, shows what ``TOLERANCE`` must forgive."""
     p = case.params
-    w1, w2 = (w.to(dtype).requires_grad_(True) for w in _weights(case, salt))
-    gen = torch.Generator().manual_seed(_input_seed(case, salt))
-    data = torch.rand((p["global_batch_size"], p["sequence_length"], p["hidden_size"]), generator=gen)
+    seed = drawn_seed(case, salt)
+    w1, w2 = (w.to(dtype).requires_grad_(True) for w in _weights(case, seed))
+    data = _data(case, seed)
     outputs = []
     for batch in torch.split(data.to(dtype), p["micro_batch_size"]):
         x = batch
@@ -65,14 +103,15 @@ def baseline(
 
 def prepare(case: Case, salt: str) -> Prepared:
     ws, p = case.world_size, case.params
-    seed = torch.tensor(_input_seed(case, salt))
+    drawn = drawn_seed(case, salt)
+    seed = torch.tensor(_input_seed(drawn))
     if case.kind in ("q2", "q5"):
         return Prepared([{} for _ in range(ws)], [{} for _ in range(ws)])
     if case.kind == "q7":  # what a send is given; which operation each stage posts is judge's
         gen = torch.Generator().manual_seed(int(seed))
         given = [{"tensor": torch.rand(p["shapes"], generator=gen)} for _ in range(ws)]
         return Prepared(given, [{} for _ in range(ws)], given[0]["tensor"].numel() * 4)
-    w1, w2 = _weights(case, salt)
+    w1, w2 = _weights(case, drawn)
     sent = {"seed": seed, "w1": w1, "w2": w2}
     act_bytes = p["micro_batch_size"] * p["sequence_length"] * p["hidden_size"] * 4
     if case.kind in ("q9", "q10"):
