@@ -81,13 +81,13 @@ def _data(case: Case, seed: int) -> torch.Tensor:
 
 
 def baseline(
-    case: Case, salt: str, dtype: torch.dtype = torch.float64
+    case: Case, seed: int, dtype: torch.dtype = torch.float64
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(outputs per micro-batch, fc1 and fc2 weight gradients per layer) of the whole model, with the
-    fake loss ``output.mean()`` per micro-batch, gradients summed over the micro-batches.  Computed in
-    ``dtype``: float64 for a grade; float32, as the ranks compute, shows what ``TOLERANCE`` must forgive."""
+    """(outputs per micro-batch, fc1 and fc2 weight gradients per layer) of the whole model drawn from
+    ``seed`` (``drawn_seed``'s, as the ranks are sent it), with the fake loss ``output.mean()`` per
+    micro-batch, gradients summed over the micro-batches.  Computed in ``dtype``: float64 for a grade;
+    float32, as the ranks compute, shows what ``TOLERANCE`` must forgive."""
     p = case.params
-    seed = drawn_seed(case, salt)
     w1, w2 = (w.to(dtype).requires_grad_(True) for w in _weights(case, seed))
     data = _data(case, seed)
     outputs = []
@@ -103,10 +103,10 @@ def baseline(
 
 def prepare(case: Case, salt: str) -> Prepared:
     ws, p = case.world_size, case.params
-    drawn = drawn_seed(case, salt)
-    seed = torch.tensor(_input_seed(drawn))
     if case.kind in ("q2", "q5"):
         return Prepared([{} for _ in range(ws)], [{} for _ in range(ws)])
+    drawn = drawn_seed(case, salt)
+    seed = torch.tensor(_input_seed(drawn))
     if case.kind == "q7":  # what a send is given; which operation each stage posts is judge's
         gen = torch.Generator().manual_seed(int(seed))
         given = [{"tensor": torch.rand(p["shapes"], generator=gen)} for _ in range(ws)]
@@ -119,7 +119,7 @@ def prepare(case: Case, salt: str) -> Prepared:
     if case.kind == "q3":
         shape = torch.tensor([p["micro_batch_size"], p["sequence_length"], p["hidden_size"]])
         return Prepared([sent], [{"tensor_shapes": shape}], act_bytes)
-    out, g1, g2 = baseline(case, salt)
+    out, g1, g2 = baseline(case, drawn)
     if case.kind == "q4":
         return Prepared([sent], [{"out": out, "grad_fc1": g1, "grad_fc2": g2}], act_bytes, TOLERANCE)
     inputs, expected = [], []
