@@ -103,16 +103,25 @@ def test_without_proc_no_user_namespace_is_assumed(monkeypatch: pytest.MonkeyPat
 
 def test_the_parent_watch_ends_a_process_whose_parent_died(tmp_path: Path) -> None:
     """Where there is no PDEATHSIG, a child whose parent exits must exit too (the POSIX branch of
-    ``_watch_parent``; Windows' handle wait runs only on the hosted runner)."""
+    ``_watch_parent``; Windows' handle wait runs only on the hosted runner).  The parent exits only once
+    the child has armed its watch on it, and the child lets go of the output pipe and then sleeps far
+    longer than it is given to die: only the watch can end it in time."""
     script = (
         "import os, sys, time\n"
         "from grader.sandbox import libc, parent\n"
         "libc.LIBC = None\n"
+        "me = os.getpid()\n"
+        "armed, arm = os.pipe()\n"
         "pid = os.fork()\n"
         "if pid:\n"
+        "    os.close(arm)\n"
+        "    assert os.read(armed, 1) == b'x'\n"
         "    print(pid, flush=True); os._exit(0)\n"
-        "parent.die_with_parent(os.getppid(), 9)\n"
-        "time.sleep(30)\n"
+        "parent.die_with_parent(me, 9)\n"
+        "null = os.open(os.devnull, os.O_WRONLY)\n"
+        "os.dup2(null, 1); os.dup2(null, 2)\n"
+        "os.write(arm, b'x')\n"
+        "time.sleep(600)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=REPO)
     child = int(done.stdout.split()[0])
