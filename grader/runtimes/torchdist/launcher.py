@@ -312,7 +312,7 @@ class RankGroup(GroupLifecycle):
             before, self._memory = self._memory, self._memory_events()
             run.memory_kills = [r for r in range(self.world_size) if self._memory[r].oom_kills > before[r].oom_kills]
             run.memory_pressure = self._memory_pressure(before)
-        run.threads_left = self._threads_left()
+        run.threads_left = self._threads_left(stuck={rep.rank for rep in run.ranks if rep.status == "hang"})
         if not clean(run):
             self.close()
         return run
@@ -332,18 +332,19 @@ class RankGroup(GroupLifecycle):
                 found[r] = f"reached its memory limit ({self.limits.memory_mb} MiB) {hits} time(s){held}"
         return found
 
-    def _threads_left(self) -> dict[int, int]:
+    def _threads_left(self, stuck: set[int]) -> dict[int, int]:
         """Rank -> how many more threads its process runs than it had at ready: threads the student's
         code started and left running (read from /proc, outside the rank), a ``hang`` of the case.  A
         thread the case joined may still be on its way out of the kernel on a loaded machine, so a
         count above the ready one is read again for up to ``LINGER_S``; a thread left running is
         there for good.  A thread cannot be killed on its own, so such a rank's group is replaced
-        before the next case."""
+        before the next case.  The ``stuck`` ranks said their threads hung (no progress, by the threads
+        runtime's harness): their case is a hang whatever the count, so they are not waited for."""
         deadline = time.monotonic() + LINGER_S
         while True:
             counts = [procfs.threads(rk.pid) for rk in self._ranks]
             left = {r: now - self._threads[r] for r, now in enumerate(counts) if now > self._threads[r]}
-            if not left or time.monotonic() > deadline:
+            if not left.keys() - stuck or time.monotonic() > deadline:
                 return left
             time.sleep(LINGER_POLL_S)
 
