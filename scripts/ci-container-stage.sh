@@ -68,7 +68,9 @@ ensure_docker() {  # an engine that already answers (.ci/run starts one for the 
 problems=()
 graded=()  # NAME=WANT=SUBMISSION of every grading started
 gradings=()  # their pids: waited for one by one, never with a bare `wait`
-PARALLEL=${CI_CONTAINER_JOBS:-2}  # containers graded at once: each is capped, and most of a grading waits
+# Containers graded at once.  Two kept the cores 81% busy (a grading waits on its hung cases' budgets and on
+# Docker); three kept them 90% busy and the stage took 358 s instead of 394 (the image build aside).
+PARALLEL=${CI_CONTAINER_JOBS:-3}
 running() { local n=0 pid; for pid in "${gradings[@]}"; do kill -0 "$pid" 2>/dev/null && n=$((n + 1)); done; echo "$n"; }
 grade() {  # grade NAME SUBMISSION WANT [ARGS...]: in the background; results land in $OUT/NAME, its log beside
     local name=$1 submission=$2 want=$3
@@ -137,8 +139,8 @@ done
 # GitHub Classroom's own path, for every pack: its template's workflow step verbatim, under Docker's default
 # seccomp profile (no pivot_root there: the A9 reference once scored 20/100 that way while every grading
 # above passed), grading the reference and the untouched template as a student's checkout, then the step's
-# output read as the reporter reads it, whose points must be the grader's.  In the same two slots as the
-# gradings above: one at a time, the other slot sat idle for about a minute and a half.  HW12's template
+# output read as the reporter reads it, whose points must be the grader's.  In the same slots as the
+# gradings above: one at a time, a slot sat idle for about a minute and a half.  HW12's template
 # first: its grading mostly waits (each case runs into its budget), and last it ran on alone.
 doors=()  # PACK:TREE:SCORE of every door grading started, its log and failure marker under $OUT/door-<n>
 for door in hw12:student_template/hw12:0+0 a9:reference/a9:105+5 a4:reference/a4:100+0 hw12:reference/hw12:6.5+0 \
