@@ -12,15 +12,15 @@ import csv
 import importlib.util
 import os
 import shutil
-import struct
 import subprocess
-import zlib
 from html import escape
 from html.parser import HTMLParser
 from io import StringIO
 from pathlib import Path
 
+import numpy
 import pytest
+from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
@@ -330,50 +330,21 @@ def _chromium(binary: str, tmp_path: Path, page: Path, *args: str) -> subprocess
     )
 
 
-def screenshot(binary: str, tmp_path: Path, page: Path, name: str, height: int) -> list[list[tuple[int, ...]]]:
+def screenshot(binary: str, tmp_path: Path, page: Path, name: str, height: int) -> numpy.ndarray:
+    """The page as Chromium draws it, ``height`` pixels tall: an array of RGB rows (height x 1280 x 3)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     png = SCREENSHOTS / name
     png.unlink(missing_ok=True)
     done = _chromium(binary, tmp_path, page, f"--screenshot={png}", f"--window-size=1280,{height}")
     assert png.is_file(), done.stderr[-2000:]
-    return decode_png(png.read_bytes())
+    with Image.open(png) as image:
+        assert image.size == (1280, height), image.size
+        return numpy.asarray(image.convert("RGB"))
 
 
-def decode_png(data: bytes) -> list[list[tuple[int, ...]]]:
-    """Rows of RGB pixels of an 8-bit RGB/RGBA, non-interlaced PNG (what Chromium writes)."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
-    pos, idat = 8, b""
-    while pos < len(data):
-        (length,), kind = struct.unpack(">I", data[pos : pos + 4]), data[pos + 4 : pos + 8]
-        body = data[pos + 8 : pos + 8 + length]
-        pos += 12 + length
-        if kind == b"IHDR":
-            width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", body)
-        elif kind == b"IDAT":
-            idat += body
-    assert depth == 8 and colour in (2, 6) and interlace == 0, (depth, colour, interlace)
-    bpp = 3 if colour == 2 else 4
-    raw, stride = zlib.decompress(idat), width * bpp
-    rows, prev = [], bytearray(stride)
-    for y in range(height):
-        kind = raw[y * (stride + 1)]
-        line = bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
-        for i in range(stride if kind else 0):
-            a = line[i - bpp] if i >= bpp else 0
-            b, c = prev[i], prev[i - bpp] if i >= bpp else 0
-            if kind == 1:
-                line[i] = (line[i] + a) & 0xFF
-            elif kind == 2:
-                line[i] = (line[i] + b) & 0xFF
-            elif kind == 3:
-                line[i] = (line[i] + (a + b) // 2) & 0xFF
-            elif kind == 4:
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
-        rows.append([tuple(line[x : x + 3]) for x in range(0, stride, bpp)])
-        prev = line
-    return rows
+def colours(pixels: numpy.ndarray) -> set[tuple[int, ...]]:
+    """Every colour the pixels hold."""
+    return {tuple(int(v) for v in c) for c in numpy.unique(pixels.reshape(-1, 3), axis=0)}
 
 
 def test_student_report_renders_with_its_diagram(out, chromium, tmp_path):
@@ -381,20 +352,18 @@ def test_student_report_renders_with_its_diagram(out, chromium, tmp_path):
     dom = _chromium(chromium, tmp_path, page, "--dump-dom").stdout
     assert 'data-diagram="my_all_to_all"' in dom and dom.count("data-message=") == 12
     pixels = screenshot(chromium, tmp_path, page, "student-report.png", 4500)
-    where = {c: [(x, y) for y, row in enumerate(pixels) for x, p in enumerate(row) if p == c] for c in RANK_COLOURS}
-    assert all(where.values()), "a rank's colour is missing: the diagram did not render"
-    xs = [x for points in where.values() for x, _ in points]
-    ys = [y for points in where.values() for _, y in points]
-    region = {p for row in pixels[min(ys) : max(ys) + 1] for p in row[min(xs) : max(xs) + 1]}
+    where = {c: numpy.argwhere((pixels == c).all(axis=-1)) for c in RANK_COLOURS}  # (y, x) of each rank's colour
+    assert all(len(points) for points in where.values()), "a rank's colour is missing: the diagram did not render"
+    ys, xs = numpy.concatenate(list(where.values())).T
+    region = colours(pixels[ys.min() : ys.max() + 1, xs.min() : xs.max() + 1])
     assert len(region) > 50, f"only {len(region)} colours in the diagram region"
-    assert max(xs) - min(xs) > 600 and max(ys) - min(ys) > 250  # lanes and arrows, not a stray dot
+    assert xs.max() - xs.min() > 600 and ys.max() - ys.min() > 250  # lanes and arrows, not a stray dot
 
 
 def test_class_report_renders_with_its_histograms(out, chromium, tmp_path):
     page = out / "index.html"
     dom = _chromium(chromium, tmp_path, page, "--dump-dom").stdout
     assert dom.count("data-histogram=") == 4
-    pixels = screenshot(chromium, tmp_path, page, "class-report.png", 2000)
-    colours = {p for row in pixels for p in row}
-    assert (0x3B, 0x82, 0xF6) in colours, "no histogram bar was drawn"
-    assert len(colours) > 100
+    drawn = colours(screenshot(chromium, tmp_path, page, "class-report.png", 2000))
+    assert (0x3B, 0x82, 0xF6) in drawn, "no histogram bar was drawn"
+    assert len(drawn) > 100

@@ -30,7 +30,7 @@ from grader.similarity import FLOOR
 from grader.similarity.check import compare_class, run_similarity
 from grader.similarity.extract import graded_code, starter_code
 from grader.similarity.fingerprints import fingerprint, never_evidence
-from tests.test_html_reports import _chromium, chromium, screenshot  # noqa: F401  (a fixture, shared)
+from tests.test_html_reports import _chromium, chromium, colours, screenshot  # noqa: F401  (a fixture, shared)
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "student_template" / "a9"
@@ -483,9 +483,8 @@ def test_the_page_renders_in_chromium_with_its_highlights(report, written, chrom
     dom = _chromium(chromium, tmp_path, page, "--dump-dom").stdout
     assert dom.count("data-rank=") == len(report.listed) and dom.count('<pre data-student="') == 2 * len(report.listed)
     assert "<script>alert" not in dom
-    pixels = screenshot(chromium, tmp_path, page, "similarity.png", 1400)
-    colours = {p for row in pixels for p in row}
-    assert (0xFD, 0xE6, 0x8A) in colours, "no shared region was highlighted"
+    drawn = colours(screenshot(chromium, tmp_path, page, "similarity.png", 1400))
+    assert (0xFD, 0xE6, 0x8A) in drawn, "no shared region was highlighted"
 
 
 @pytest.mark.parametrize(
