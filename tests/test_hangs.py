@@ -145,14 +145,14 @@ def test_a_correct_solution_ten_times_slower_than_the_reference_still_passes(tmp
 # --------------------------------------------------------------------------- threads left after a case
 
 
-def test_a_rank_that_said_its_threads_hung_is_not_waited_for_but_a_thread_on_its_way_out_is(
+def test_a_rank_whose_reply_already_fails_the_case_is_not_waited_for_but_a_thread_on_its_way_out_is(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The session counts each rank's threads from /proc after a case.  A count above the one at ready is
     read again for up to ``LINGER_S``, since a thread the case joined may still be leaving; but a rank
-    that reported its own threads stuck (the threads runtime's harness: HW12) is a hang whatever it
-    counts, so it holds nobody up.  Ranks 0 and 1: rank 0's threads are stuck, rank 1's extra one
-    leaves on the third read."""
+    whose reply fails the case as a hang or worse (a crash; HW12's threads stuck on a lock) is read once
+    (``tests/test_verdicts.py``: its count cannot change the verdict).  Rank 0 is such a rank; rank 1's
+    extra thread leaves on the third read."""
     from grader.runtimes.torchdist import launcher
 
     counts = {100: iter([5, 5, 5]), 101: iter([4, 4, 3])}
@@ -167,10 +167,10 @@ def test_a_rank_that_said_its_threads_hung_is_not_waited_for_but_a_thread_on_its
     group = object.__new__(launcher.RankGroup)
     group._ranks = [SimpleNamespace(pid=100), SimpleNamespace(pid=101)]  # type: ignore[list-item]
     group._threads = [3, 3]
-    assert group._threads_left(stuck={0}) == {0: 2}
+    assert group._threads_left(settled={0}) == {0: 2}
     assert reads == [100, 101] * 3  # until rank 1's thread had left, not until the linger ran out
 
     counts.update({100: iter([5]), 101: iter([3])})
     reads.clear()
-    assert group._threads_left(stuck={0}) == {0: 2}
-    assert reads == [100, 101]  # only the stuck rank is above its count: read once
+    assert group._threads_left(settled={0}) == {0: 2}
+    assert reads == [100, 101]  # only the settled rank is above its count: read once

@@ -113,6 +113,27 @@ def test_a_counted_thread_outside_the_students_code_is_not_charged() -> None:
     assert verdicts.decide(CASE, PREPARED, run).verdict is Verdict.PASS
 
 
+STATUSES = ["ok", "not_implemented", "import_error", "bad_return", "hang", "exception", "exited", "signaled"]
+STATUSES += ["wire_error", "no_reply", "memory", "forbidden", "a status no rank sends"]
+
+
+@pytest.mark.parametrize("status", STATUSES)
+def test_a_rank_the_session_does_not_wait_on_for_its_threads_is_one_whose_count_cannot_change_the_verdict(
+    status: str,
+) -> None:
+    """After a case the session waits for a joined thread to leave /proc only where the count could still
+    decide the verdict (``launcher.RankGroup._threads_left``): a rank whose reply already fails the case
+    as a hang or worse is read once.  For those, a thread counted or not gives the same verdict."""
+    settled = verdicts.fails_as_a_hang_or_worse(status)
+    assert settled == (status not in ("ok", "not_implemented", "import_error", "bad_return"))
+    run = honest_run(measured())
+    run.ranks[1].status, run.ranks[1].message = status, "rank 1: what it said"
+    without = verdicts.decide(CASE, PREPARED, run).verdict
+    run.threads_left, run.ranks[1].threads = {1: 1}, ("'t' at collectives.py:3 in f",)
+    counted = verdicts.decide(CASE, PREPARED, run).verdict
+    assert (counted == without) if settled else (counted is Verdict.HANG and without is not Verdict.HANG)
+
+
 class FakeGroup:
     """A group whose capture loses packets ``lost`` times, or that fails to start ``failures`` times."""
 

@@ -56,6 +56,14 @@ _PRECEDENCE = [
 ]
 
 
+def fails_as_a_hang_or_worse(status: str) -> bool:
+    """Whether a rank's reply of this ``status`` fails its case as a hang or worse, whatever the rest of
+    the case shows: a thread the case left running (:func:`threads_left`) can then change its message,
+    never its verdict, so the session need not wait to see whether such a thread leaves."""
+    verdict = _STATUS_VERDICT.get(status, Verdict.CRASH) if status != "ok" else Verdict.PASS
+    return verdict in _PRECEDENCE[: _PRECEDENCE.index(Verdict.HANG) + 1]
+
+
 @dataclass
 class Decision:
     verdict: Verdict

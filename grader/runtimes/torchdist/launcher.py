@@ -37,6 +37,7 @@ import torch
 from grader import tempdirs
 from grader.limits import Limits
 from grader.matrix.budgets import out_of_time
+from grader.matrix.verdicts import fails_as_a_hang_or_worse
 from grader.runtimes.torchdist import deadlock, procfs, replies
 from grader.runtimes.torchdist.init_lines import InitLines
 from grader.runtimes.torchdist.runs import (
@@ -69,9 +70,7 @@ SETTLE_S = 0.2  # for data still crossing after every rank replied (an isend nob
 #: wake-ups of the rank (5 ms); through 256 KiB, 2 ms (issue 23).  Pipe pages count against a user's
 #: limit (``fs.pipe-user-pages-soft``, 64 MiB) when not root: two such pipes per rank stay well below it.
 PIPE_BYTES = READ_BYTES
-#: for a thread the case joined to leave /proc (see RankGroup._threads_left): paid only by a case that
-#: is charged, so generous, that a loaded machine never turns a joined thread into a verdict
-LINGER_S = 1.0
+LINGER_S = 1.0  # for a joined thread to leave /proc (RankGroup._threads_left): generous, as load must not matter
 LINGER_POLL_S = 0.01
 RMTREE_TRIES = 5
 
@@ -312,7 +311,8 @@ class RankGroup(GroupLifecycle):
             before, self._memory = self._memory, self._memory_events()
             run.memory_kills = [r for r in range(self.world_size) if self._memory[r].oom_kills > before[r].oom_kills]
             run.memory_pressure = self._memory_pressure(before)
-        run.threads_left = self._threads_left(stuck={rep.rank for rep in run.ranks if rep.status == "hang"})
+        settled = {rep.rank for rep in run.ranks if fails_as_a_hang_or_worse(rep.status)}  # not waited for
+        run.threads_left = self._threads_left(settled)
         if not clean(run):
             self.close()
         return run
@@ -332,19 +332,18 @@ class RankGroup(GroupLifecycle):
                 found[r] = f"reached its memory limit ({self.limits.memory_mb} MiB) {hits} time(s){held}"
         return found
 
-    def _threads_left(self, stuck: set[int]) -> dict[int, int]:
+    def _threads_left(self, settled: set[int]) -> dict[int, int]:
         """Rank -> how many more threads its process runs than it had at ready: threads the student's
         code started and left running (read from /proc, outside the rank), a ``hang`` of the case.  A
         thread the case joined may still be on its way out of the kernel on a loaded machine, so a
-        count above the ready one is read again for up to ``LINGER_S``; a thread left running is
-        there for good.  A thread cannot be killed on its own, so such a rank's group is replaced
-        before the next case.  The ``stuck`` ranks said their threads hung (no progress, by the threads
-        runtime's harness): their case is a hang whatever the count, so they are not waited for."""
+        count above the ready one is read again for up to ``LINGER_S`` (but a ``settled`` rank's reply
+        fails the case as a hang or worse whatever it counts).  A thread left running is there for
+        good, and cannot be killed on its own, so such a rank's group is replaced before the next case."""
         deadline = time.monotonic() + LINGER_S
         while True:
             counts = [procfs.threads(rk.pid) for rk in self._ranks]
             left = {r: now - self._threads[r] for r, now in enumerate(counts) if now > self._threads[r]}
-            if not left.keys() - stuck or time.monotonic() > deadline:
+            if not left.keys() - settled or time.monotonic() > deadline:
                 return left
             time.sleep(LINGER_POLL_S)
 
