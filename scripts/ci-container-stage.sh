@@ -141,7 +141,7 @@ done
 # above passed), grading the reference and the untouched template as a student's checkout, then the step's
 # output read as the reporter reads it, whose points must be the grader's.  In the same slots as the
 # gradings above: one at a time, a slot sat idle for about a minute and a half.  HW12's template
-# first: its grading mostly waits (each case runs into its budget), and last it ran on alone.
+# first: it once waited a second after each of its failed cases, and last it ran on alone.
 doors=()  # PACK:TREE:SCORE of every door grading started, its log and failure marker under $OUT/door-<n>
 for door in hw12:student_template/hw12:0+0 a9:reference/a9:105+5 a4:reference/a4:100+0 hw12:reference/hw12:6.5+0 \
     a5:reference/a5:90+0 a9:student_template/a9:0+0 a4:student_template/a4:0+0 a5:student_template/a5:0+0; do
