@@ -21,7 +21,7 @@ from grader.runtimes import OUTSIDE
 from grader.runtimes.torchdist import launcher
 from grader.runtimes.torchdist.mode import Isolation
 from grader.runtimes.torchdist.replies import Claims
-from grader.runtimes.torchdist.runs import CaseRun, GroupStartError, RankReport, clean
+from grader.runtimes.torchdist.runs import CaseRun, GroupStartError, RankReport, beyond_the_records, clean, explains
 from grader.runtimes.torchdist.traffic import Traffic
 
 CASE = Case("test_allreduce", "ws2", 2, "allreduce", engine_params(must_communicate=True))
@@ -111,6 +111,58 @@ def test_a_counted_thread_outside_the_students_code_is_not_charged() -> None:
     run.threads_left = {0: 1}
     run.ranks[0].threads = ("'Dummy-52' " + OUTSIDE,)
     assert verdicts.decide(CASE, PREPARED, run).verdict is Verdict.PASS
+
+
+def test_only_a_message_not_seen_yet_is_worth_waiting_for_after_the_replies() -> None:
+    """Once every rank replied, the session drains the capture again for up to ``SETTLE_S`` while the
+    records are not yet explained: a recorded message may still be crossing.  Traffic beyond the
+    records (more than a rank recorded, a collective it never called, a foreign or lost packet) only
+    grows with more packets, so it decides at once."""
+    ranks = honest_run(None).ranks
+    assert explains(ranks, measured()) and not beyond_the_records(ranks, measured())
+    shortfall = measured()
+    del shortfall.pairs[(1, 0)]  # rank 1's message to rank 0 not captured yet: waiting may bring it
+    assert not explains(ranks, shortfall) and not beyond_the_records(ranks, shortfall)
+    excess, collective, foreign, lost = measured(), measured(), measured(), measured()
+    excess.pair(0, 1).messages += 1
+    collective.pair(0, 1).collectives["broadcast"] = 8
+    foreign.unexplained("a UDP datagram")
+    lost.lost = "the capture dropped 3 packets"
+    for traffic in (excess, collective, foreign, lost):
+        assert beyond_the_records(ranks, traffic) and not explains(ranks, traffic)
+
+
+class _Capture:
+    """A capture whose traffic is fixed: what ``RankGroup._measured`` reads and waits on."""
+
+    def __init__(self, traffic: Traffic) -> None:
+        self.traffic = traffic
+
+    def drain(self) -> None:
+        pass
+
+    def missing(self) -> str:
+        return ""
+
+    def fileno(self) -> int:
+        return -1
+
+
+@pytest.mark.parametrize(("beyond", "waits"), [(True, False), (False, True)])
+def test_the_session_stops_waiting_for_the_wire_once_more_packets_cannot_change_the_verdict(
+    monkeypatch: pytest.MonkeyPatch, beyond: bool, waits: bool
+) -> None:
+    traffic = measured()
+    if beyond:
+        traffic.pair(0, 1).collectives["all_to_all"] = 8
+    else:
+        del traffic.pairs[(1, 0)]
+    waited: list[float] = []
+    monkeypatch.setattr(launcher.select, "select", lambda r, w, x, t: waited.append(t) or ([], [], []))
+    group = object.__new__(launcher.RankGroup)
+    group._capture = _Capture(traffic)  # type: ignore[assignment]
+    assert group._measured(honest_run(None)) is traffic
+    assert bool(waited) is waits  # the shortfall: polled until SETTLE_S ran out
 
 
 STATUSES = ["ok", "not_implemented", "import_error", "bad_return", "hang", "exception", "exited", "signaled"]

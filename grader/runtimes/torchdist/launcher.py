@@ -49,6 +49,7 @@ from grader.runtimes.torchdist.runs import (
     GroupLifecycle,
     GroupStartError,
     RankReport,
+    beyond_the_records,
     case_frames,
     clean,
     drain,
@@ -66,9 +67,8 @@ from grader.sandbox.status import StatusSlot
 CAPTURE_EVERY_S = 0.002
 SELECT_S = 0.02
 SETTLE_S = 0.2  # for data still crossing after every rank replied (an isend nobody waited for)
-#: What a case's inputs and replies cross: a 4 MiB input went through the default 64 KiB pipe in 64
-#: wake-ups of the rank (5 ms); through 256 KiB, 2 ms (issue 23).  Pipe pages count against a user's
-#: limit (``fs.pipe-user-pages-soft``, 64 MiB) when not root: two such pipes per rank stay well below it.
+#: What a case's inputs and replies cross: a 4 MiB input took 64 wake-ups of the rank through a 64 KiB pipe
+#: (5 ms), 2 ms through 256 KiB (issue 23); two per rank stay well below fs.pipe-user-pages-soft (64 MiB).
 PIPE_BYTES = READ_BYTES
 LINGER_S = 1.0  # for a joined thread to leave /proc (RankGroup._threads_left): generous, as load must not matter
 LINGER_POLL_S = 0.01
@@ -354,7 +354,8 @@ class RankGroup(GroupLifecycle):
         while True:
             self._capture.drain()
             traffic, missing = self._capture.traffic, self._capture.missing()
-            if (not missing and explains(run.ranks, traffic)) or time.monotonic() > deadline:
+            decided = beyond_the_records(run.ranks, traffic) or explains(run.ranks, traffic)  # more cannot help
+            if (not missing and decided) or time.monotonic() > deadline:
                 traffic.lost = traffic.lost or missing
                 return traffic
             select.select([self._capture.fileno()], [], [], 0.01)  # the next packet, not a fixed nap
