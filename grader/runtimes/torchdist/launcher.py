@@ -53,7 +53,7 @@ from grader.runtimes.torchdist.runs import (
     case_frames,
     clean,
     drain,
-    explains,
+    short_of_the_records,
 )
 from grader.runtimes.torchdist.session import Sandboxing, Zygote
 from grader.runtimes.torchdist.traffic import Capture, Traffic
@@ -354,7 +354,7 @@ class RankGroup(GroupLifecycle):
         while True:
             self._capture.drain()
             traffic, missing = self._capture.traffic, self._capture.missing()
-            decided = beyond_the_records(run.ranks, traffic) or explains(run.ranks, traffic)  # more cannot help
+            decided = beyond_the_records(run.ranks, traffic) or not short_of_the_records(run.ranks, traffic)
             if (not missing and decided) or time.monotonic() > deadline:
                 traffic.lost = traffic.lost or missing
                 return traffic
