@@ -63,6 +63,16 @@ class SessionFailed(GraderError):
         self.log = log  # the tail of the session's output, for the operator (not for results.json)
 
 
+class HostLost(SessionFailed):
+    """A session ended because its host died with the host server that forked it (``Host.lost``): it
+    says nothing of the submission.  :func:`run_matrix` starts every case again, and lets this (a
+    :class:`SessionFailed`: the grader's failure) through only at the :data:`HOST_ATTEMPTS`-th."""
+
+
+#: Starts of every case in one grading: each host lost with its server (HostLost) costs one
+HOST_ATTEMPTS = 2
+
+
 @dataclass(frozen=True)
 class MatrixRun:
     junit: Path
@@ -94,21 +104,22 @@ def run_matrix(
     ``partial`` (``grader grade -k``): the cases left out are in it too, as ``not_run``.
     ``policy`` is the rubric's ``policy.allow`` (``Policy.to_dict``).  ``host``: the first session's
     host, started early by the caller (``Host.take``); each session closes its host when it ends (the
-    caller's close is then a no-op, and ends a host the matrix never used), a later round starts its own."""
+    caller's close is then a no-op, and ends a host the matrix never used), a later round starts its own.
+
+    A session whose host died with its host server (:class:`HostLost`) decided nothing, and the cases
+    its round had decided are lost with it: every case is run again from the start, by a session whose
+    host a new server forks or that starts cold, and the total time limit counts from there.  The same
+    salt draws the same cases, so the result is the one an undisturbed grading gives."""
     assignment = load_pack(pack)
     runtimes.require(assignment.runtime, assignment.id)
     workdir.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
     ledger = workdir / "ledger.jsonl"
-    ledger.write_text("")
-    decided: list[str] = []
-    synthetic: list[tuple[str, str, Verdict]] = []  # cases no session decided: (case, message, verdict)
-    rounds: list[Path] = []
-    log = ""
-    phases: dict[str, float] = {}
+    start = _Start(ledger)
     everything = _case_names(assignment, only)
     hosted = mode.decide(isolation).hosted  # the session's host forks the zygote (the sandbox's ranks, Linux's workers)
-    for round_no in range(1, MAX_ROUNDS + 1):
+    round_no = 0
+    while round_no < MAX_ROUNDS:
+        round_no += 1
         session_host = None
         if hosted:
             session_host = host if round_no == 1 and host is not None else Host.take()
@@ -123,47 +134,69 @@ def run_matrix(
             ledger=str(ledger),
             isolation_report=str(workdir / "isolation.json"),
             salt=salt,
-            skip=decided + [name for name in _case_names(assignment, None) if name not in everything],
+            skip=start.decided + [name for name in _case_names(assignment, None) if name not in everything],
             isolation_config=isolation_config or {},
             layers=layers or {},
             isolation=isolation,
             timeline=str(workdir / f"timeline-round{round_no}.json"),
             launched=time.monotonic(),
         )
-        remaining = total_timeout_s - (time.monotonic() - t0)
-        code, log = _session(config, assignment, workdir, junit, remaining, session_host)
+        remaining = total_timeout_s - (time.monotonic() - start.began)
+        try:
+            code, start.log = _session(config, assignment, workdir, junit, remaining, session_host)
+        except HostLost as exc:
+            if start.number == HOST_ATTEMPTS:
+                raise
+            sys.stderr.write(f"grader: {exc}: every case is graded again from the start\n")
+            start, host, round_no = _Start(ledger, start.number + 1), None, 0
+            continue
         for stage, seconds in timeline.read(Path(config.timeline), time.monotonic(), config.launched).items():
-            phases[stage] = phases.get(stage, 0.0) + seconds
+            start.phases[stage] = start.phases.get(stage, 0.0) + seconds
         if junit.exists():
-            rounds.append(junit)
+            start.rounds.append(junit)
         if code in (0, 1) and junit.exists():
             break
         done = [line["case"] for line in _ledger(ledger)]
-        todo = [name for name in everything if name not in done and name not in decided]
+        todo = [name for name in everything if name not in done and name not in start.decided]
         if not todo:
             break
         reason = "the grading session was killed" if code < 0 or code > 1 else "the grading session stopped"
-        timed_out = time.monotonic() - t0 >= total_timeout_s  # the session was stopped for it, or a next has no time
+        timed_out = time.monotonic() - start.began >= total_timeout_s  # stopped for it, or a next has no time
         if not _student_code_started(ledger):
             when = " at the total time limit" if timed_out else ""
             message = f"{reason}{when} before any case ran the submission's code (exit status {code})"
-            raise SessionFailed(message, log[-4000:])
+            raise SessionFailed(message, start.log[-4000:])
         if timed_out:
             out_of_time = "the submission used up the total time limit before this case"
-            synthetic += [(name, out_of_time, Verdict.NOT_RUN) for name in todo]
+            start.synthetic += [(name, out_of_time, Verdict.NOT_RUN) for name in todo]
             break
         message = f"{reason} while this case ran (exit status {code}); a rank may have killed it"
-        synthetic.append((todo[0], message, Verdict.CRASH))
+        start.synthetic.append((todo[0], message, Verdict.CRASH))
         with ledger.open("a") as f:  # the next round's session reads every verdict decided so far here
             f.write(json.dumps({"case": todo[0], "verdict": Verdict.CRASH.value}) + "\n")
-        decided = done + [name for name, _, _ in synthetic]
+        start.decided = done + [name for name, _, _ in start.synthetic]
     merged = workdir / "junit.xml"
     unselected = [name for name in _case_names(assignment, None) if name not in everything] if partial else []
-    synthetic += [(name, NOT_SELECTED, Verdict.NOT_RUN) for name in unselected]
-    _merge(rounds, synthetic, everything + unselected, merged, assignment)
+    synthetic = start.synthetic + [(name, NOT_SELECTED, Verdict.NOT_RUN) for name in unselected]
+    _merge(start.rounds, synthetic, everything + unselected, merged, assignment)
     report = workdir / "isolation.json"
     layers = json.loads(report.read_text()) if report.exists() else {}
-    return MatrixRun(merged, time.monotonic() - t0, len(rounds), layers, log[-4000:], phases)
+    seconds = time.monotonic() - start.began
+    return MatrixRun(merged, seconds, len(start.rounds), layers, start.log[-4000:], start.phases)
+
+
+class _Start:
+    """What one start of every case (:func:`run_matrix`) has gathered: a new one begins with an empty ledger."""
+
+    def __init__(self, ledger: Path, number: int = 1) -> None:
+        ledger.write_text("")
+        self.number = number  # 2 after one lost host (HOST_ATTEMPTS)
+        self.began = time.monotonic()
+        self.decided: list[str] = []
+        self.synthetic: list[tuple[str, str, Verdict]] = []  # cases no session decided: (case, message, verdict)
+        self.rounds: list[Path] = []  # the JUnit file of each round that wrote one
+        self.phases: dict[str, float] = {}
+        self.log = ""
 
 
 def _case_names(pack: AssignmentPack, only: list[str] | None) -> list[str]:
@@ -238,6 +271,10 @@ def _session(
         except BaseException:  # SIGTERM or Ctrl-C of the grader: the session ends first
             _stop(proc)
             raise
+        if code not in (0, 1) and host is not None and host.lost():
+            raise HostLost(
+                f"the host server that forked the session's host died (exit status {code})", _tail(log, 4000)
+            )
         return code, _tail(log, 20000)
 
 

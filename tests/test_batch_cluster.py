@@ -331,9 +331,10 @@ def _servers(client) -> dict[int, int]:
 
 @pytest.mark.slow
 def test_each_worker_keeps_a_host_server_its_grades_fork_their_hosts_from_until_the_batch_ends(tmp_path):
-    """Issue 41 on Dask: a warm client's workers each start a host server of their own, on the worker's
-    own thread (so it lives as long as the worker); a warm task's grade forks its host from its worker's
-    server, a cold one (``--cold-hosts``) starts it itself; the servers end with the batch's client."""
+    """Issue 41 on Dask: a warm client's workers each start a host server of their own, one that lives
+    as long as the worker and is replaced if it dies; a warm task's grade forks its host from its
+    worker's server, a cold one (``--cold-hosts``) starts it itself; the servers end with the batch's
+    client."""
     import tarfile
     from io import BytesIO
 
@@ -352,6 +353,14 @@ def test_each_worker_keeps_a_host_server_its_grades_fork_their_hosts_from_until_
             parents[warm] = int(log.split("host-parent ")[1].split()[0])
         assert parents[True] in servers.values()
         assert parents[False] not in servers.values() and parents[False] not in servers  # its own grade's
+        # a server that died is replaced for its worker's next grade, not left to make the rest cold
+        worker, dead = next(iter(servers.items()))
+        os.kill(dead, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not _zombie(dead) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        servers = _servers(client)
+        assert servers[worker] not in (0, dead) and _parent(servers[worker]) == worker
     deadline = time.monotonic() + 10
     while not all(_zombie(server) for server in servers.values()) and time.monotonic() < deadline:
         time.sleep(0.1)

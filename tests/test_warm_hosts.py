@@ -9,20 +9,24 @@ host of its own, and a server that dies is replaced without costing a grade.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from grader.matrix.host import Host, keep_spare
+from grader.matrix.warm import HostServer
 from grader.pipeline import grade
 from grader.salt import SALT_ENV
-from tests.processes import descendants
+from tests.processes import descendants, listdir
 from tests.test_spare_host import RUBRIC, TOY, no_outer_spare, pytestmark
 from tests.test_zygote import _memory_holds
 
@@ -109,7 +113,6 @@ def test_a_host_forked_for_another_process_ends_when_that_process_dies() -> None
     """``grader batch`` hands each of its grades a connection to its server: a grade killed on timeout
     (its process group, which its hosts are not in) must not leave its hosts running."""
     from grader.matrix.host import lend_server
-    from grader.matrix.warm import HostServer
     from grader.runtimes.torchdist.zygote import scrubbed_environment
 
     server = HostServer.start(scrubbed_environment())
@@ -137,7 +140,6 @@ def test_a_process_whose_hosts_would_start_otherwise_does_not_fork_them_from_the
     only variable part) starts its host cold, with its own ``PATH``, rather than take one that runs
     programs from another ``PATH``."""
     from grader.matrix.host import lend_server
-    from grader.matrix.warm import HostServer
     from grader.runtimes.torchdist.zygote import scrubbed_environment
 
     server = HostServer.start(scrubbed_environment())
@@ -168,3 +170,166 @@ def _running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _kill_once_a_session_decided_a_case(server: int, killed: list[int], stop: threading.Event) -> None:
+    """SIGKILL ``server`` once a session whose host it forked has decided a case and has cases left: a
+    host's cwd is its grading's ``matrix/session``, beside the ledger the session writes a line per case
+    to.  Records how many lines the ledger had."""
+    while not stop.is_set():
+        for pid in (int(p) for task in listdir(f"/proc/{server}/task") for p in _children(server, task)):
+            try:
+                cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+                decided = (cwd.parent / "ledger.jsonl").read_text().count('"verdict"')
+            except OSError:
+                continue
+            if cwd.name == "session" and decided:
+                os.kill(server, signal.SIGKILL)
+                killed.append(decided)
+                return
+        time.sleep(0.002)
+
+
+def _children(pid: int, task: str) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+    except OSError:
+        return []
+
+
+def test_a_server_that_dies_under_a_session_costs_the_submission_nothing(
+    started: list[Host], capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server's death kills the hosts it forked (PDEATHSIG), sessions mid-way included: the cases that
+    session decided are lost, and the case it was running would have been charged as a crash.  The
+    grading starts every case again instead, and gives what an undisturbed grading gives."""
+    monkeypatch.setenv(SALT_ENV, "one salt for both gradings")
+    tree = REPO / "reference" / "a9"
+    alone = grade(tree, keyword="test_broadcast")
+    killed: list[int] = []
+    stop = threading.Event()
+    with keep_spare():
+        grade(TOY / "submission", RUBRIC)  # the server, and a spare host of it
+        (server,) = _servers()
+        watcher = threading.Thread(target=_kill_once_a_session_decided_a_case, args=(server, killed, stop))
+        watcher.start()
+        try:
+            disturbed = grade(tree, keyword="test_broadcast")
+        finally:
+            stop.set()
+            watcher.join()
+        (replacement,) = _servers()
+    cases = len(alone.cases)
+    assert killed and killed[0] < cases, f"the server was killed after {killed} of {cases} cases"
+    assert disturbed.status == "graded"
+    assert [(c.id, c.verdict, c.message) for c in disturbed.cases] == [
+        (c.id, c.verdict, c.message) for c in alone.cases
+    ]
+    assert disturbed.score == alone.score > 0
+    assert "every case is graded again from the start" in capfd.readouterr().err
+    assert replacement != server
+
+
+def test_a_kept_server_that_died_is_started_again_for_the_next_grading() -> None:
+    """A batch's or a Dask worker's server (``warm.KeptServer``): one that died is not left to make every
+    later grade start cold."""
+    from grader.matrix.warm import KeptServer
+
+    kept = KeptServer()
+    try:
+        first = kept.live()
+        assert first is not None and first.alive()
+        os.kill(first.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while first.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = kept.live()
+        assert second is not None and second.alive() and second.pid != first.pid
+        assert kept.live() is second and kept.started == 2
+    finally:
+        kept.close()
+    assert not second.alive()
+
+
+def test_a_grade_handed_a_server_that_died_starts_its_hosts_cold() -> None:
+    """Between :meth:`KeptServer.live` and the grade's start a server may still die: the grade is lent
+    nothing and starts cold, rather than fail on a dead connection (which made every later student of a
+    batch a grader error)."""
+    from grader.matrix.host import lend_server
+    from grader.runtimes.torchdist.zygote import scrubbed_environment
+
+    server = HostServer.start(scrubbed_environment())
+    try:
+        os.kill(server.pid, signal.SIGKILL)
+        server.proc.wait()  # type: ignore[union-attr]
+        with lend_server(server) as (lent, fds):
+            assert (lent, fds) == ({}, ())
+    finally:
+        server.close()
+
+
+def test_a_server_outlives_the_thread_that_asked_for_it() -> None:
+    """PDEATHSIG follows the thread that forked: a server started for a batch's pool thread, or a Dask
+    task's executor thread, must not die when that thread ends.  The thread ends only once the server
+    has armed its PDEATHSIG (it serves a request after that), or the test could not fail."""
+    from grader.runtimes.torchdist.zygote import scrubbed_environment
+
+    servers: list[HostServer] = []
+
+    def ask() -> None:
+        servers.append(HostServer.start(scrubbed_environment()))
+        assert _served(servers[0]) == 1
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    asker.join()
+    (server,) = servers
+    try:
+        time.sleep(0.5)  # PDEATHSIG is immediate: a server tied to the asker would be dead by now
+        assert server.alive() and _served(server) == 1
+    finally:
+        server.close()
+
+
+def _served(server: HostServer) -> int | None:
+    """How a host ``server`` forks ended: one told nothing exits with status 1 on end of file."""
+    control, request = os.pipe()
+    with tempfile.TemporaryFile() as log:
+        host = server.fork(control, log)
+    os.close(control)
+    os.close(request)
+    return host.wait(30) if host is not None else None
+
+
+def test_a_batch_whose_server_died_forks_its_next_grades_from_a_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``grader batch`` asks its kept server for each grade (``KeptServer.live``): one found dead before a
+    grade is replaced, once, and every student is graded as alone."""
+    from grader.batch import run_batch
+    from grader.matrix.warm import KeptServer
+
+    kept: list[KeptServer] = []
+
+    class DeadOnArrival(KeptServer):
+        def __init__(self) -> None:
+            super().__init__()
+            first = self.live()
+            assert first is not None
+            os.kill(first.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while first.alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            kept.append(self)
+
+    monkeypatch.setattr("grader.matrix.warm.KeptServer", DeadOnArrival)
+    roster = tmp_path / "roster"
+    for name in ("ann", "ben"):
+        shutil.copytree(TOY / "submission", roster / name)
+    rows = run_batch(roster, tmp_path / "out", rubric=RUBRIC, jobs=1, progress=io.StringIO())
+    assert [(row.student, row.status, row.total) for row in rows] == [("ann", "graded", 10.0), ("ben", "graded", 10.0)]
+    (server,) = kept
+    assert server.started == 2  # the dead one, and its one replacement, which both grades forked from

@@ -2,12 +2,11 @@
 worker runs forks its session hosts from it, as a local batch's grades do from the batch's own server
 (``workers.warm_hosts``), instead of importing torch in a cold host per student.
 
-The server must be started on the worker's event-loop thread: its PDEATHSIG follows the thread that
-started it, and Dask runs tasks on executor threads that may end before the worker does.  A
-``WorkerPlugin``'s ``setup`` runs on that thread, once per worker, workers that join later (an adaptive
-Slurm cluster) included; ``teardown`` (the plugin unregistered at the batch's end, or the worker
-closing) ends the server, and a worker that dies takes its server with it.  A server that died meanwhile
-is simply not used: that worker's grades start their hosts cold and lose nothing.
+A ``WorkerPlugin``'s ``setup`` runs once per worker, workers that join later (an adaptive Slurm
+cluster) included; ``teardown`` (the plugin unregistered at the batch's end, or the worker closing)
+ends the server, and a worker that dies takes its server with it.  A server that died meanwhile is
+replaced for the worker's next grade (``warm.KeptServer``); the grade it broke is graded again by its
+own process (``runner.HostLost``).
 
 Imported only where Dask is (``cluster.connect``).
 """
@@ -20,7 +19,7 @@ from distributed import get_worker
 from distributed.diagnostics.plugin import WorkerPlugin
 
 if TYPE_CHECKING:
-    from grader.matrix.warm import HostServer
+    from grader.matrix.warm import HostServer, KeptServer
 
 NAME = "grader-warm-hosts"
 
@@ -32,17 +31,17 @@ class WarmHosts(WorkerPlugin):
     name = NAME
 
     def __init__(self) -> None:
-        self.server: HostServer | None = None
+        self.kept: KeptServer | None = None
 
     def setup(self, worker: Any) -> None:
-        from grader.matrix.warm import HostServer
+        from grader.matrix.warm import KeptServer
 
-        self.server = HostServer.start_here()
+        self.kept = KeptServer()
 
     def teardown(self, worker: Any) -> None:
-        if self.server is not None:
-            self.server.close()
-            self.server = None
+        if self.kept is not None:
+            self.kept.close()
+            self.kept = None
 
 
 def worker_server(worker: Any = None) -> HostServer | None:
@@ -52,5 +51,5 @@ def worker_server(worker: Any = None) -> HostServer | None:
         plugin = (worker or get_worker()).plugins.get(NAME)
     except ValueError:  # not on a worker (called directly)
         return None
-    server = getattr(plugin, "server", None)
-    return server if server is not None and server.alive() else None
+    kept = getattr(plugin, "kept", None)
+    return kept.live() if kept is not None else None

@@ -37,7 +37,7 @@ from grader.sandbox.parent import DIE_WITH_PARENT_ENV
 from grader.seal import seal
 
 if TYPE_CHECKING:
-    from grader.matrix.warm import HostServer
+    from grader.matrix.warm import HostServer, KeptServer
 
 KILL_GRACE_S = 10.0  # between SIGINT and SIGKILL when a grade is ended
 LOG_TAIL = 2000  # characters of grade.log quoted as the message of a failed grade
@@ -98,7 +98,7 @@ class Grader:
         self.rubric_file = rubric_file  # --rubric, kept apart: a cluster without shared files is sent its text
         self.salt = salt  # --secret-file's salt: given to each grade in its environment, never its argv
         self.seal_key = seal_key  # the instructor's HMAC key for the cache (grader.seal)
-        self.hosts: HostServer | None = None  # each grade's session hosts are forked from it (warm_hosts)
+        self.hosts: KeptServer | None = None  # each grade's session hosts are forked from its server (warm_hosts)
         self._running: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
         self._stopping = False
@@ -161,7 +161,7 @@ class Grader:
         with log_path.open("wb") as log, self._lock:
             if self._stopping:
                 raise KeyboardInterrupt
-            proc = start_grade(cmd, log, self.salt, self.hosts)
+            proc = start_grade(cmd, log, self.salt, self.hosts.live() if self.hosts is not None else None)
             self._running[proc.pid] = proc
         try:
             outcome = wait_grade(proc, self.timeout)
@@ -213,18 +213,18 @@ def start_grade(
 
 
 @contextlib.contextmanager
-def warm_hosts(enabled: bool) -> Iterator[HostServer | None]:
+def warm_hosts(enabled: bool) -> Iterator[KeptServer | None]:
     """A host server for a batch's grades on this machine (``grader.matrix.warm``): torch imported once,
-    not once per student.  ``enabled`` where they grade with the real grader here (a server runs on Linux
-    only: ``HostServer.start_here``)."""
-    from grader.matrix.warm import HostServer
+    not once per student, and a new server after one that died.  ``enabled`` where they grade with the
+    real grader here (a server runs on Linux only: ``HostServer.start_here``)."""
+    from grader.matrix.warm import KeptServer
 
-    server = HostServer.start_here() if enabled else None
+    kept = KeptServer() if enabled else None
     try:
-        yield server
+        yield kept
     finally:
-        if server is not None:
-            server.close()
+        if kept is not None:
+            kept.close()
 
 
 def wait_grade(proc: subprocess.Popen[bytes], timeout: float) -> Outcome:

@@ -144,6 +144,13 @@ class Host:
         self._hang_up()
         return self.proc
 
+    def lost(self) -> bool:
+        """Whether a host server forked this host and has died since: the host died with it (PDEATHSIG),
+        so however its session ended, that was the grader's doing, not the submission's."""
+        from grader.matrix.warm import ServedProcess
+
+        return isinstance(self.proc, ServedProcess) and not self.proc.server.alive()
+
     def close(self) -> None:
         """End a host the grading did not use (or whose session ended) and forget its output."""
         self._hang_up()  # a host still waiting for its pack or its request exits on the closed pipe
@@ -200,9 +207,8 @@ class _Spare:
 
     def server(self, env: dict[str, str]) -> HostServer | None:
         """The host server new hosts are forked from: the one this process was handed (:func:`attach_server`)
-        while it lives, else, while a block keeps spares, this process's own, started (on the main
-        thread only, for its PDEATHSIG) when there is none, or when the one there died or started
-        under another environment."""
+        while it lives, else, while a block keeps spares, this process's own, started when there is
+        none, or when the one there died or started under another environment."""
         from grader.matrix.warm import HostServer
 
         with self._lock:
@@ -212,8 +218,6 @@ class _Spare:
             server = self._server
             if not on or (server is not None and server.serves(env)):
                 return server if on else None
-            if threading.current_thread() is not threading.main_thread():
-                return None
             self._server = None
         if server is not None:
             server.close()
@@ -275,8 +279,7 @@ def keep_spare(on: bool = True, *, one_pack: bool = False) -> contextlib.Abstrac
 
 
 def kept_server() -> HostServer | None:
-    """This process's host server while :func:`keep_spare` keeps one (started if need be, on the main
-    thread), else None."""
+    """This process's host server while :func:`keep_spare` keeps one (started if need be), else None."""
     from grader.runtimes.torchdist.zygote import scrubbed_environment
 
     return _SPARE.server(scrubbed_environment())
@@ -286,12 +289,17 @@ def kept_server() -> HostServer | None:
 def lend_server(server: HostServer | None) -> Iterator[tuple[dict[str, str], tuple[int, ...]]]:
     """What a ``grader grade`` about to start needs to fork its hosts from ``server`` over a connection
     of its own (:func:`attach_server`): an entry for its environment and the descriptor to pass it;
-    nothing where there is no server.  Start the process inside the block: this process's copy of the
-    connection closes when it ends, so the hosts forked for the child end with the child."""
-    if server is None:
+    nothing where there is no server, or it has died.  Start the process inside the block: this
+    process's copy of the connection closes when it ends, so the hosts forked for the child end with
+    the child."""
+    try:
+        conn = server.connect() if server is not None else None
+    except OSError:  # it died since it was found alive: this grade starts its hosts cold
+        conn = None
+    if server is None or conn is None:
         yield {}, ()
         return
-    with server.connect() as conn:
+    with conn:
         yield {SERVER_ENV: server.described(conn)}, (conn.fileno(),)
 
 

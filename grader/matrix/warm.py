@@ -15,6 +15,13 @@ dies with the runner that started it (PDEATHSIG), and each host with the server;
 its hosts itself as it does cold ones (``runner._stop``, :meth:`Host.close`), by their process groups.
 The server reaps its hosts and reports how each ended, which is how the runner learns a host's exit
 status without being its parent (:class:`ServedProcess`).
+
+A server that dies takes its hosts with it, so a session it served ends mid-grading through no doing
+of the submission: the runner grades that submission again from the start (``runner.HostLost``), and a
+process that keeps a server for many gradings (:class:`KeptServer`: a batch, a Dask worker) starts a
+new one for the next.  Every server is started from one thread that lives as long as the process
+(:func:`_starter`): PDEATHSIG follows the thread that forked, and a server started on a batch's pool
+thread or a Dask task's would die with that thread.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import socket
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
 #: Bytes of one reply from the server: ``{"pid": N}`` to a request, ``{"exit": N, "code": C}`` when one ends.
@@ -44,16 +52,16 @@ class ServedProcess:
         self.pid = pid
         self.args = ["grader.matrix.host", f"forked by {server.pid}"]
         self.returncode: int | None = None
-        self._server = server
+        self.server = server
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            self.returncode = self._server.exit_code(self.pid, 0.0)
+            self.returncode = self.server.exit_code(self.pid, 0.0)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
-            self.returncode = self._server.exit_code(self.pid, timeout)
+            self.returncode = self.server.exit_code(self.pid, timeout)
         if self.returncode is None:
             raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
         return self.returncode
@@ -66,10 +74,9 @@ class ServedProcess:
 
 class HostServer:
     """One end of a connection to a server: :meth:`fork` a host, learn how it ended (:meth:`exit_code`),
-    :meth:`close`.  The runner that started the server (:meth:`start`: only on the main thread, its
-    PDEATHSIG follows the thread that started it) holds one; a process it handed a connection to
-    (:meth:`connect`, :meth:`attach`: a batch's ``grader grade``) holds another.  Safe to use from
-    several threads."""
+    :meth:`close`.  The runner that started the server (:meth:`start`) holds one; a process it handed a
+    connection to (:meth:`connect`, :meth:`attach`: a batch's ``grader grade``) holds another.  Safe to
+    use from several threads."""
 
     def __init__(
         self, pid: int, sock: socket.socket, env_digest: str, proc: subprocess.Popen[bytes] | None = None
@@ -88,6 +95,11 @@ class HostServer:
 
     @classmethod
     def start(cls, env: dict[str, str]) -> HostServer:
+        """A new server whose hosts start with ``env``; from any thread (:func:`_starter`)."""
+        return _starter().submit(cls._start, env).result()
+
+    @classmethod
+    def _start(cls, env: dict[str, str]) -> HostServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         cmd = [sys.executable, "-I", "-m", "grader.matrix.host", "--runner", str(os.getpid())]
         cmd += ["--serve", str(theirs.fileno())]
@@ -212,6 +224,56 @@ class HostServer:
                 elif isinstance(reply.get("exit"), int) and isinstance(reply.get("code"), int):
                     self._ended[reply["exit"]] = reply["code"]
                 self._state.notify_all()
+
+
+class KeptServer:
+    """A host server kept for the gradings of a long-lived process (a batch's, a Dask worker's): started
+    again by :meth:`live` once the one before has died, so one lost server costs the grade it broke
+    (graded again by its own process) and never warms nothing for the rest of the class."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._server: HostServer | None = HostServer.start_here()
+        self.started = int(self._server is not None)  # servers started over its life (the tests read it)
+
+    def live(self) -> HostServer | None:
+        """The server, alive (a new one in place of one that died); None where none runs (not Linux)."""
+        with self._lock:
+            if self._server is not None and not self._server.alive():
+                self._server.close()
+                self._server = HostServer.start_here()
+                self.started += 1
+            return self._server
+
+    def close(self) -> None:
+        with self._lock:
+            server, self._server = self._server, None
+        if server is not None:
+            server.close()
+
+
+_STARTER: ThreadPoolExecutor | None = None
+_STARTER_LOCK = threading.Lock()
+
+
+def _starter() -> ThreadPoolExecutor:
+    """The one thread that starts this process's host servers.  A child armed with PDEATHSIG is signalled
+    when the *thread* that forked it ends, not the process; this thread ends only with the process."""
+    global _STARTER
+    with _STARTER_LOCK:
+        if _STARTER is None:
+            _STARTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="host-server-starter")
+        return _STARTER
+
+
+def _forget_starter() -> None:
+    """A forked child has none of its parent's threads: it starts a thread of its own if it needs one."""
+    global _STARTER
+    _STARTER = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_starter)
 
 
 def environment_digest(env: dict[str, str]) -> str:
