@@ -90,9 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument(
         "--cold-hosts",
         action="store_true",
-        help="start every grade's session host cold (Python and torch each time) rather than forking it "
-        "from a warm host server (the batch's, or each Dask worker's): to measure the difference, or to rule "
-        "the server out",
+        help="start every grade cold, a new `python -m grader grade` whose session host imports Python and "
+        "torch itself, rather than forking both from warm servers (the batch's, or each Dask worker's): to "
+        "measure the difference, or to rule the servers out",
     )
     batch.add_argument("--backend", choices=("local", "docker"), default="local")
     batch.add_argument("--image", default="grader:local")

@@ -320,10 +320,10 @@ host.close()
 
 def _servers(client) -> dict[int, int]:
     """Each worker process's pid, and its host server's (0: none)."""
-    from grader.batch.warm_workers import worker_server
+    from grader.batch.warm_workers import worker_servers
 
     def ours(dask_worker) -> tuple[int, int]:  # run by client.run, outside any task: Dask hands it the worker
-        server = worker_server(dask_worker)
+        server, _ = worker_servers(dask_worker)
         return os.getpid(), server.pid if server is not None else 0
 
     return dict(client.run(ours).values())

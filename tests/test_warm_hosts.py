@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ import pytest
 from grader.matrix.host import Host, keep_spare
 from grader.matrix.warm import HostServer
 from grader.pipeline import grade
+from grader.runtimes.torchdist.zygote import scrubbed_environment
 from grader.salt import SALT_ENV
 from tests.processes import descendants, listdir
 from tests.test_spare_host import RUBRIC, TOY, no_outer_spare, pytestmark
@@ -113,7 +115,6 @@ def test_a_host_forked_for_another_process_ends_when_that_process_dies() -> None
     """``grader batch`` hands each of its grades a connection to its server: a grade killed on timeout
     (its process group, which its hosts are not in) must not leave its hosts running."""
     from grader.matrix.host import lend_server
-    from grader.runtimes.torchdist.zygote import scrubbed_environment
 
     server = HostServer.start(scrubbed_environment())
     try:
@@ -140,7 +141,6 @@ def test_a_process_whose_hosts_would_start_otherwise_does_not_fork_them_from_the
     only variable part) starts its host cold, with its own ``PATH``, rather than take one that runs
     programs from another ``PATH``."""
     from grader.matrix.host import lend_server
-    from grader.runtimes.torchdist.zygote import scrubbed_environment
 
     server = HostServer.start(scrubbed_environment())
     try:
@@ -238,7 +238,7 @@ def test_a_kept_server_that_died_is_started_again_for_the_next_grading() -> None
     later grade start cold."""
     from grader.matrix.warm import KeptServer
 
-    kept = KeptServer()
+    kept = KeptServer(HostServer.start_here)
     try:
         first = kept.live()
         assert first is not None and first.alive()
@@ -259,7 +259,6 @@ def test_a_grade_handed_a_server_that_died_starts_its_hosts_cold() -> None:
     nothing and starts cold, rather than fail on a dead connection (which made every later student of a
     batch a grader error)."""
     from grader.matrix.host import lend_server
-    from grader.runtimes.torchdist.zygote import scrubbed_environment
 
     server = HostServer.start(scrubbed_environment())
     try:
@@ -275,7 +274,6 @@ def test_a_server_outlives_the_thread_that_asked_for_it() -> None:
     """PDEATHSIG follows the thread that forked: a server started for a batch's pool thread, or a Dask
     task's executor thread, must not die when that thread ends.  The thread ends only once the server
     has armed its PDEATHSIG (it serves a request after that), or the test could not fail."""
-    from grader.runtimes.torchdist.zygote import scrubbed_environment
 
     servers: list[HostServer] = []
 
@@ -294,6 +292,30 @@ def test_a_server_outlives_the_thread_that_asked_for_it() -> None:
         server.close()
 
 
+def test_every_thread_that_waits_for_a_forked_process_learns_its_end() -> None:
+    """A batch's worker thread waits for its grade while Ctrl-C's handler, on the main thread, ends and
+    waits for it too: the end the server reports once must reach both (the worker thread waited out
+    the batch's whole timeout when the first waiter took it)."""
+    server = HostServer.start(scrubbed_environment())
+    try:
+        control, request = os.pipe()
+        with tempfile.TemporaryFile() as log:
+            host = server.fork(control, log)
+        os.close(control)
+        assert host is not None
+        codes: list[int] = []
+        waiters = [threading.Thread(target=lambda: codes.append(host.wait(60))) for _ in range(2)]
+        for waiter in waiters:
+            waiter.start()
+        time.sleep(0.2)  # both wait: the host waits for a pack
+        os.close(request)  # told nothing, it exits with status 1
+        for waiter in waiters:
+            waiter.join(timeout=60)
+        assert codes == [1, 1]
+    finally:
+        server.close()
+
+
 def _served(server: HostServer) -> int | None:
     """How a host ``server`` forks ended: one told nothing exits with status 1 on end of file."""
     control, request = os.pipe()
@@ -304,19 +326,20 @@ def _served(server: HostServer) -> int | None:
     return host.wait(30) if host is not None else None
 
 
-def test_a_batch_whose_server_died_forks_its_next_grades_from_a_new_one(
+def test_a_batch_whose_servers_died_forks_its_next_grades_from_new_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``grader batch`` asks its kept server for each grade (``KeptServer.live``): one found dead before a
-    grade is replaced, once, and every student is graded as alone."""
+    """``grader batch`` asks its kept servers (the host server, the grade server) for each grade
+    (``KeptServer.live``): one found dead before a grade is replaced, once, and every student is graded
+    as alone."""
     from grader.batch import run_batch
-    from grader.matrix.warm import KeptServer
+    from grader.matrix.warm import ForkServer, KeptServer
 
-    kept: list[KeptServer] = []
+    kept: list[KeptServer[ForkServer]] = []
 
-    class DeadOnArrival(KeptServer):
-        def __init__(self) -> None:
-            super().__init__()
+    class DeadOnArrival(KeptServer[ForkServer]):
+        def __init__(self, start: Callable[[], ForkServer | None]) -> None:
+            super().__init__(start)
             first = self.live()
             assert first is not None
             os.kill(first.pid, signal.SIGKILL)
@@ -331,5 +354,4 @@ def test_a_batch_whose_server_died_forks_its_next_grades_from_a_new_one(
         shutil.copytree(TOY / "submission", roster / name)
     rows = run_batch(roster, tmp_path / "out", rubric=RUBRIC, jobs=1, progress=io.StringIO())
     assert [(row.student, row.status, row.total) for row in rows] == [("ann", "graded", 10.0), ("ben", "graded", 10.0)]
-    (server,) = kept
-    assert server.started == 2  # the dead one, and its one replacement, which both grades forked from
+    assert [server.started for server in kept] == [2, 2]  # each dead one and its replacement, kept for both

@@ -40,7 +40,7 @@ from grader import late
 from grader.batch.cache import KEY_FILE, read_json
 from grader.batch.cluster import MAX_IN_FLIGHT, ClusterGrader, connect, parse_cluster
 from grader.batch.roster import Student, load_roster
-from grader.batch.workers import GRADED_DIR, Grader, grade_all, load_outcome, warm_hosts
+from grader.batch.workers import GRADED_DIR, Grader, grade_all, load_outcome, warm
 from grader.errors import UserError, environment_fault, named
 from grader.gradebook import (
     BATCH_FLAGS,
@@ -105,8 +105,8 @@ def run_batch(
     ``similarity`` runs the copy check over the roster after the grading, into ``out/similarity/``; on
     a cluster each student a worker grades is fingerprinted on that worker (``grader.similarity.remote``).
     ``seal_key`` is the file of the key the cache is sealed with (``grader.seal.key_path``).
-    ``cold_hosts``: no warm host server for the grades, here (``workers.warm_hosts``) or on each Dask
-    worker (``warm_workers``).
+    ``cold_hosts``: no warm servers, here (``workers.warm``) or on each Dask worker (``warm_workers``):
+    each grade is a new ``python -m grader grade`` whose session hosts start cold, as before issue 41.
     """
     if jobs < 1:
         raise UserError("--jobs must be at least 1")
@@ -144,15 +144,15 @@ def run_batch(
             _remove(leftover)
         stream = progress or sys.stderr
         fingerprinted: dict[str, Fingerprinted] = {}
-        warm = bool(gradable) and backend == "local" and grade_cmd is None and not cold_hosts
+        warm_up = bool(gradable) and backend == "local" and grade_cmd is None and not cold_hosts
         if spec is None:
             local = Grader(*settings)
-            with warm_hosts(warm) as local.hosts:
+            with warm(local, warm_up):
                 grade_all(gradable, local, jobs, stream)
         elif gradable:
             task = _similarity_task(loaded, boilerplate) if similarity else None
-            with connect(spec, cluster_config, len(gradable), stream, warm) as client:
-                grader = ClusterGrader(*settings, client=client, send=send_submissions, similarity=task, warm=warm)
+            with connect(spec, cluster_config, len(gradable), stream, warm_up) as client:
+                grader = ClusterGrader(*settings, client=client, send=send_submissions, similarity=task, warm=warm_up)
                 grade_all(gradable, grader, min(len(gradable), MAX_IN_FLIGHT), stream)
             fingerprinted = grader.fingerprinted
         nearest = _similarity(gradable, out, loaded, boilerplate, fingerprinted) if similarity else None

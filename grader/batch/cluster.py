@@ -14,8 +14,8 @@ exactly today's.
 Submissions reach a worker by their path (a shared filesystem, as on a Slurm cluster) or, with
 ``send=True``, as a tar sent through Dask; the output always comes back as a tar.  The secret salt
 travels inside the task, never on a command line, in a job script or a log, and the worker hands it
-to the grade in its environment (``workers.start_grade``).  Each worker keeps a warm host server
-(``warm_workers``) that its grades fork their session hosts from, as a local batch's do.
+to the grade in its environment (``workers.start_grade``).  Each worker keeps warm servers
+(``warm_workers``) that fork its grades and their session hosts, as a local batch's do.
 
 A worker lost while grading (preemption, walltime, a dead node) makes Dask run the task again on
 another worker; after ``MAX_LOSSES`` losses of the same student the row is a ``grader_error`` that
@@ -106,7 +106,7 @@ class GradeTask:
     rubric_text: str | None = field(default=None, repr=False)  # --rubric's text, when sent
     salt: str | None = field(default=None, repr=False)  # never in a repr, so never in a log
     similarity: SimilarityTask | None = None  # with --similarity: fingerprint the student here too
-    warm: bool = False  # fork the grade's hosts from the worker's host server, where it has one (warm_workers)
+    warm: bool = False  # fork the grade and its hosts from the worker's servers, where it has them (warm_workers)
 
 
 @dataclass(frozen=True)
@@ -164,13 +164,13 @@ def grade_on_worker(task: GradeTask) -> GradeReply:
         command = task.command or [sys.executable, "-m", "grader", "grade"]
         cmd = grade_argv(command, source, graded, options, task.submitted_at)
         start = time.monotonic()
-        hosts = None
+        hosts = grades = None
         if task.warm:
-            from grader.batch.warm_workers import worker_server
+            from grader.batch.warm_workers import worker_servers
 
-            hosts = worker_server()
+            hosts, grades = worker_servers()
         with (work / "grade.log").open("wb") as log:
-            outcome = wait_grade(start_grade(cmd, log, task.salt, hosts), task.timeout)
+            outcome = wait_grade(start_grade(cmd, log, task.salt, hosts, grades), task.timeout)
         outcome.seconds = round(time.monotonic() - start, 3)  # the grade's, not its wait in Dask's queue
         if outcome.returncode in STOPPED_FROM_OUTSIDE:  # not the student's doing: graded again elsewhere
             return GradeReply(lost=f"the grade on {socket.gethostname()} was stopped (exit {outcome.returncode})")
@@ -313,7 +313,7 @@ def connect(
     spec: ClusterSpec, config: Path | None, students: int, progress: TextIO, warm: bool = False
 ) -> Iterator[Any]:
     """A Dask client on the cluster ``spec`` says, closed (and any cluster it started) on exit.  ``warm``:
-    every worker keeps a host server for its grades while the client is open (``warm_workers``)."""
+    every worker keeps warm servers for its grades while the client is open (``warm_workers``)."""
     try:
         import dask
         import distributed

@@ -9,7 +9,6 @@ mix of old and new files; a timed-out grade's whole process group is killed.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import shutil
@@ -22,7 +21,7 @@ from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import IO, TYPE_CHECKING, Any, TextIO
 
 from grader.batch.cache import KEY_FILE, cached, read_json, submission_key
 from grader.batch.roster import Student
@@ -37,6 +36,8 @@ from grader.sandbox.parent import DIE_WITH_PARENT_ENV
 from grader.seal import seal
 
 if TYPE_CHECKING:
+    from grader.batch.grade_server import GradeServer
+    from grader.matrix.host import HostProcess
     from grader.matrix.warm import HostServer, KeptServer
 
 KILL_GRACE_S = 10.0  # between SIGINT and SIGKILL when a grade is ended
@@ -98,8 +99,9 @@ class Grader:
         self.rubric_file = rubric_file  # --rubric, kept apart: a cluster without shared files is sent its text
         self.salt = salt  # --secret-file's salt: given to each grade in its environment, never its argv
         self.seal_key = seal_key  # the instructor's HMAC key for the cache (grader.seal)
-        self.hosts: KeptServer | None = None  # each grade's session hosts are forked from its server (warm_hosts)
-        self._running: dict[int, subprocess.Popen[bytes]] = {}
+        self.hosts: KeptServer[HostServer] | None = None  # each grade's session hosts are forked from it (warm)
+        self.grades: KeptServer[GradeServer] | None = None  # and each grade itself (warm)
+        self._running: dict[int, HostProcess] = {}
         self._lock = threading.Lock()
         self._stopping = False
 
@@ -161,7 +163,7 @@ class Grader:
         with log_path.open("wb") as log, self._lock:
             if self._stopping:
                 raise KeyboardInterrupt
-            proc = start_grade(cmd, log, self.salt, self.hosts.live() if self.hosts is not None else None)
+            proc = start_grade(cmd, log, self.salt, _live(self.hosts), _live(self.grades))
             self._running[proc.pid] = proc
         try:
             outcome = wait_grade(proc, self.timeout)
@@ -191,16 +193,24 @@ def grade_argv(command: list[str], source: str, out: Path, options: list[str], s
 
 
 def start_grade(
-    cmd: list[str], log: io.BufferedWriter, salt: str | None, hosts: HostServer | None = None
-) -> subprocess.Popen[bytes]:
+    cmd: list[str],
+    log: IO[bytes],
+    salt: str | None,
+    hosts: HostServer | None = None,
+    grades: GradeServer | None = None,
+) -> HostProcess:
     """Start a grade in a session of its own, so that on timeout the whole group (ranks, pytest,
     docker client) dies; it dies with this process too.  The salt travels in the environment, which
     no other user can read, never on the command line.  ``hosts``: the grade forks its session hosts
-    from this server, over a connection of its own, whose end ends them too."""
+    from this server, over a connection of its own, whose end ends them too.  ``grades``: the grade is
+    forked by this server (``grade_server``) rather than started as a new interpreter, where it can be."""
     env = {**os.environ, DIE_WITH_PARENT_ENV: str(os.getpid())}
     if salt:
         env[SALT_ENV] = salt
     with lend_server(hosts) as (lent, fds):
+        forked = grades.grade(cmd, {**env, **lent}, log, fds) if grades is not None else None
+        if forked is not None:
+            return forked
         return subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
@@ -213,21 +223,33 @@ def start_grade(
 
 
 @contextlib.contextmanager
-def warm_hosts(enabled: bool) -> Iterator[KeptServer | None]:
-    """A host server for a batch's grades on this machine (``grader.matrix.warm``): torch imported once,
-    not once per student, and a new server after one that died.  ``enabled`` where they grade with the
-    real grader here (a server runs on Linux only: ``HostServer.start_here``)."""
-    from grader.matrix.warm import KeptServer
+def warm(grader: Grader, enabled: bool) -> Iterator[None]:
+    """While the block runs, ``grader``'s grades are forked by a grade server (``grade_server``: the
+    grader imported once) and fork their session hosts from a host server (``grader.matrix.warm``: torch
+    imported once), not once per student; a server that dies is started again for the next grade.
+    ``enabled`` where they grade with the real grader here (the servers run on Linux only)."""
+    from grader.batch.grade_server import GradeServer
+    from grader.matrix.warm import HostServer, KeptServer
 
-    kept = KeptServer() if enabled else None
+    if not enabled:
+        yield
+        return
+    grader.hosts = KeptServer(HostServer.start_here)
     try:
-        yield kept
+        grader.grades = KeptServer(GradeServer.start_here)
+        yield
     finally:
-        if kept is not None:
-            kept.close()
+        for kept in (grader.grades, grader.hosts):
+            if kept is not None:
+                kept.close()
+        grader.hosts = grader.grades = None
 
 
-def wait_grade(proc: subprocess.Popen[bytes], timeout: float) -> Outcome:
+def _live(kept: KeptServer[Any] | None) -> Any:
+    return kept.live() if kept is not None else None
+
+
+def wait_grade(proc: HostProcess, timeout: float) -> Outcome:
     """Wait for a grade up to ``timeout``; its process group is ended whatever happens."""
     try:
         proc.wait(timeout=timeout)
@@ -238,7 +260,7 @@ def wait_grade(proc: subprocess.Popen[bytes], timeout: float) -> Outcome:
     return Outcome(GRADED, returncode=proc.returncode)
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def _kill_group(proc: HostProcess) -> None:
     """End a grade's whole process group.  SIGINT first, so a grade still running can clean up (the
     docker backend removes its container in a ``finally``), then SIGKILL for whatever is left."""
     for sig in (signal.SIGINT, signal.SIGKILL):

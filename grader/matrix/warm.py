@@ -36,35 +36,34 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import IO, Any
+from typing import IO, Any, Generic, TypeVar
 
 #: Bytes of one reply from the server: ``{"pid": N}`` to a request, ``{"exit": N, "code": C}`` when one ends.
 REPLY_SIZE = 256
 
 
 class ServedProcess:
-    """A host the server forked, with what the runner uses of ``subprocess.Popen``: its pid (it leads
-    its own process group, as a cold host does), ``poll``, ``wait`` and ``returncode`` (Popen's
-    convention: ``-N`` for a signal N), from the server's report of its end."""
+    """A process a server forked (a host; a batch's grade, ``grader.batch.grade_server``), with what its
+    caller uses of ``subprocess.Popen``: its pid (it leads its own process group, as one started with
+    ``start_new_session`` does), ``poll``, ``wait`` and ``returncode`` (Popen's convention: ``-N`` for a
+    signal N), from the server's report of its end."""
 
-    def __init__(self, server: HostServer, pid: int) -> None:
+    def __init__(self, server: ForkServer, pid: int) -> None:
         self.pid = pid
-        self.args = ["grader.matrix.host", f"forked by {server.pid}"]
-        self.returncode: int | None = None
+        self.args = [server.module, f"forked by {server.pid}"]
+        self.returncode: int | None = None  # set by the server's reader (ForkServer._read), for every waiter
         self.server = server
 
     def poll(self) -> int | None:
-        if self.returncode is None:
-            self.returncode = self.server.exit_code(self.pid, 0.0)
-        return self.returncode
+        return self.server.ended(self, 0.0)
 
     def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None:
-            self.returncode = self.server.exit_code(self.pid, timeout)
-        if self.returncode is None:
+        code = self.server.ended(self, timeout)
+        if code is None:
             raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
-        return self.returncode
+        return code
 
     def kill(self) -> None:
         if self.poll() is None:
@@ -72,45 +71,52 @@ class ServedProcess:
                 os.kill(self.pid, signal.SIGKILL)
 
 
-class HostServer:
-    """One end of a connection to a server: :meth:`fork` a host, learn how it ended (:meth:`exit_code`),
-    :meth:`close`.  The runner that started the server (:meth:`start`) holds one; a process it handed a
-    connection to (:meth:`connect`, :meth:`attach`: a batch's ``grader grade``) holds another.  Safe to
-    use from several threads."""
+_S = TypeVar("_S", bound="ForkServer")
+
+
+class ForkServer:
+    """One end of a connection to a server that forks on request (:func:`serve`): :meth:`fork` a child,
+    learn how it ended (:meth:`ended`), :meth:`close`.  The process that started the server
+    (:meth:`start`) holds one; a process it handed a connection to (``HostServer.connect``) may hold
+    another.  Safe to use from several threads.  A subclass names the module the server runs as
+    (``python -m MODULE --runner PID --serve FD``)."""
+
+    module = "grader.matrix.host"
+    isolated = True  # started with ``python -I``: nothing of the caller's PYTHON* variables or user site
 
     def __init__(
         self, pid: int, sock: socket.socket, env_digest: str, proc: subprocess.Popen[bytes] | None = None
     ) -> None:
-        self.pid = pid  # the server's: the parent of every host it forks
-        self.env_digest = env_digest  # of what its hosts start with (environment_digest)
+        self.pid = pid  # the server's: the parent of every process it forks
+        self.env_digest = env_digest  # of what its children start with (environment_digest)
         self.proc = proc  # the server's process, where this process started it
         self._sock = sock
         self._request = threading.Lock()  # one request and its reply at a time
         self._state = threading.Condition()
-        self._forked: list[int] = []  # replies to requests, not yet taken
-        self._ended: dict[int, int] = {}  # pid -> exit code, of hosts not yet asked for it
-        self._gone = False  # the server closed its end: its hosts died with it
-        self._reader = threading.Thread(target=self._read, name="host-server-replies", daemon=True)
+        self._forked: list[ServedProcess] = []  # replies to requests, not yet taken
+        self._running: dict[int, ServedProcess] = {}  # pid -> child, until the server reports its end
+        self._gone = False  # the server closed its end: its children died with it
+        self._reader = threading.Thread(target=self._read, name="fork-server-replies", daemon=True)
         self._reader.start()
 
     @classmethod
-    def start(cls, env: dict[str, str]) -> HostServer:
-        """A new server whose hosts start with ``env``; from any thread (:func:`_starter`)."""
-        return _starter().submit(cls._start, env).result()
+    def start(cls: type[_S], env: dict[str, str], cwd: str = "/") -> _S:
+        """A new server whose children start with ``env``, in ``cwd``; from any thread (:func:`_starter`)."""
+        return _starter().submit(cls._start, env, cwd).result()
 
     @classmethod
-    def _start(cls, env: dict[str, str]) -> HostServer:
+    def _start(cls: type[_S], env: dict[str, str], cwd: str) -> _S:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        cmd = [sys.executable, "-I", "-m", "grader.matrix.host", "--runner", str(os.getpid())]
+        cmd = [sys.executable, *(["-I"] if cls.isolated else []), "-m", cls.module, "--runner", str(os.getpid())]
         cmd += ["--serve", str(theirs.fileno())]
         try:
             proc = subprocess.Popen(
                 cmd,
-                cwd="/",
+                cwd=cwd,
                 env=env,
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,  # it prints nothing; a host's output goes to the log it is sent
+                stdout=subprocess.DEVNULL,  # it prints nothing; a child's output goes to the log it is sent
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
             )
@@ -120,6 +126,73 @@ class HostServer:
         finally:
             theirs.close()
         return cls(proc.pid, ours, environment_digest(env), proc)
+
+    def alive(self) -> bool:
+        return not self._gone and (self.proc is None or self.proc.poll() is None)
+
+    def fork(self, control: int, log: IO[bytes], *extra: int) -> ServedProcess | None:
+        """A new child reading ``control``, writing ``log`` and handed ``extra`` descriptors; None when
+        the server is gone (the caller starts its process cold)."""
+        with self._request:
+            try:
+                socket.send_fds(self._sock, [b"fork"], [control, log.fileno(), *extra])
+            except OSError:
+                return None
+            with self._state:
+                while not self._forked and not self._gone:
+                    self._state.wait()
+                return self._forked.pop(0) if self._forked else None
+
+    def ended(self, child: ServedProcess, timeout: float | None) -> int | None:
+        """How ``child`` ended, waiting up to ``timeout`` seconds (None: for ever); None if it has not.
+        Any number of threads may wait for one child: each learns its end.  A child of a server that
+        is gone was killed with it (PDEATHSIG)."""
+        with self._state:
+            self._state.wait_for(lambda: child.returncode is not None or self._gone, timeout)
+            if child.returncode is None and not self.alive():
+                # a dead server's children are killed with it, though its socket may not have said so yet
+                child.returncode = -signal.SIGKILL
+            return child.returncode
+
+    def close(self) -> None:
+        """Close this connection, and with it every child forked for it that is still running; where
+        this process started the server, end the server too."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the reader's recv (a close would not) and tells the server
+        self._sock.close()
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait()
+        self._reader.join()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self._sock.recv(REPLY_SIZE)
+                reply = json.loads(data) if data else None
+            except (OSError, ValueError):
+                reply = None
+            with self._state:
+                if not isinstance(reply, dict):
+                    self._gone = True
+                    self._state.notify_all()
+                    return
+                if isinstance(reply.get("pid"), int):
+                    child = self._running[reply["pid"]] = ServedProcess(self, reply["pid"])
+                    self._forked.append(child)
+                elif isinstance(reply.get("exit"), int) and isinstance(reply.get("code"), int):
+                    ended = self._running.pop(reply["exit"], None)
+                    if ended is not None:
+                        ended.returncode = reply["code"]
+                self._state.notify_all()
+
+
+class HostServer(ForkServer):
+    """A server of session hosts (``python -I -m grader.matrix.host --serve``): :meth:`fork` a host.  A
+    process it handed a connection to (:meth:`connect`, :meth:`attach`: a batch's ``grader grade``)
+    forks its hosts over that connection, and they end with it."""
 
     @classmethod
     def start_here(cls) -> HostServer | None:
@@ -168,80 +241,34 @@ class HostServer:
         """Alive, and its hosts start with ``env``."""
         return self.alive() and self.env_digest == environment_digest(env)
 
-    def alive(self) -> bool:
-        return not self._gone and (self.proc is None or self.proc.poll() is None)
-
-    def fork(self, control: int, log: IO[bytes]) -> ServedProcess | None:
-        """A new host reading ``control`` and writing ``log``; None when the server is gone (the caller
-        starts one cold, and a later grading a new server)."""
-        with self._request:
-            try:
-                socket.send_fds(self._sock, [b"fork"], [control, log.fileno()])
-            except OSError:
-                return None
-            with self._state:
-                while not self._forked and not self._gone:
-                    self._state.wait()
-                return ServedProcess(self, self._forked.pop(0)) if self._forked else None
-
-    def exit_code(self, pid: int, timeout: float | None) -> int | None:
-        """How host ``pid`` ended, waiting up to ``timeout`` seconds (None: for ever); None if it has not.
-        A host of a server that is gone was killed with it (PDEATHSIG)."""
-        with self._state:
-            self._state.wait_for(lambda: pid in self._ended or self._gone, timeout)
-            if pid in self._ended:
-                return self._ended.pop(pid)
-        # a dead server's hosts are killed with it, though its socket may not have said so yet
-        return -signal.SIGKILL if not self.alive() else None
-
-    def close(self) -> None:
-        """Close this connection, and with it every host forked for it that is still running; where
-        this process started the server, end the server too."""
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the reader's recv (a close would not) and tells the server
-        self._sock.close()
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait()
-        self._reader.join()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                data = self._sock.recv(REPLY_SIZE)
-                reply = json.loads(data) if data else None
-            except (OSError, ValueError):
-                reply = None
-            with self._state:
-                if not isinstance(reply, dict):
-                    self._gone = True
-                    self._state.notify_all()
-                    return
-                if isinstance(reply.get("pid"), int):
-                    self._forked.append(reply["pid"])
-                elif isinstance(reply.get("exit"), int) and isinstance(reply.get("code"), int):
-                    self._ended[reply["exit"]] = reply["code"]
-                self._state.notify_all()
+    @staticmethod
+    def renumbered(described: str, fd: int) -> str:
+        """:meth:`described` for a process that holds the same connection as descriptor ``fd`` (a grade
+        forked by ``grader.batch.grade_server``, which was handed it)."""
+        return f"{fd}:{described.partition(':')[2]}"
 
 
-class KeptServer:
-    """A host server kept for the gradings of a long-lived process (a batch's, a Dask worker's): started
-    again by :meth:`live` once the one before has died, so one lost server costs the grade it broke
-    (graded again by its own process) and never warms nothing for the rest of the class."""
+Served = TypeVar("Served", bound=ForkServer)
 
-    def __init__(self) -> None:
+
+class KeptServer(Generic[Served]):
+    """A server kept for the gradings of a long-lived process (a batch's, a Dask worker's), made by
+    ``start`` (None where none runs: not Linux): started again by :meth:`live` once the one before has
+    died, so one lost server costs the grade it broke (graded again) and leaves the rest of the class
+    warm."""
+
+    def __init__(self, start: Callable[[], Served | None]) -> None:
         self._lock = threading.Lock()
-        self._server: HostServer | None = HostServer.start_here()
+        self._start = start
+        self._server = start()
         self.started = int(self._server is not None)  # servers started over its life (the tests read it)
 
-    def live(self) -> HostServer | None:
-        """The server, alive (a new one in place of one that died); None where none runs (not Linux)."""
+    def live(self) -> Served | None:
+        """The server, alive (a new one in place of one that died); None where none runs."""
         with self._lock:
             if self._server is not None and not self._server.alive():
                 self._server.close()
-                self._server = HostServer.start_here()
+                self._server = self._start()
                 self.started += 1
             return self._server
 
@@ -281,23 +308,26 @@ def environment_digest(env: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def serve(sock: socket.socket, become_host: Any) -> None:
-    """The server's loop, after ``zygote.preload_runtime``: fork a host per request, and report each
-    one's end.  ``become_host(control_fd)`` is what the forked child runs (never returns)."""
-    _Server(sock, become_host).run()
+def serve(sock: socket.socket, become: Callable[..., Any], extra: int = 0) -> None:
+    """The server's loop, once it has imported what its children share (``zygote.preload_runtime``; a
+    grade server's modules): fork a child per request, and report each one's end.  ``become(control_fd,
+    *extra_fds)`` is what the child runs (it never returns); a request may hand up to ``extra``
+    descriptors beyond the control pipe and the log."""
+    _Server(sock, become, extra).run()
 
 
 class _Server:
     """The server's side.  ``owner`` is the connection of the runner that started it: it may also hand
     over a connection of its own making (``b"client"``, one socket), for a process of its own, one
     ``grader grade`` of a batch (:meth:`HostServer.connect`).  Each connection is answered on itself,
-    and a client's hosts end with its connection: a grade that dies takes its hosts with it."""
+    and a client's children end with its connection: a grade that dies takes its hosts with it."""
 
-    def __init__(self, owner: socket.socket, become_host: Any) -> None:
+    def __init__(self, owner: socket.socket, become: Callable[..., Any], extra: int) -> None:
         self.owner = owner
-        self.become_host = become_host
+        self.become = become
+        self.extra = extra  # descriptors a fork request may hand beyond the control pipe and the log
         self.clients: dict[int, socket.socket] = {owner.fileno(): owner}
-        self.hosts: dict[int, int] = {}  # host pid -> the connection (fd) it was forked for
+        self.hosts: dict[int, int] = {}  # child pid -> the connection (fd) it was forked for
         self.pid = os.getpid()
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
@@ -316,12 +346,12 @@ class _Server:
 
     def _request(self, conn: socket.socket) -> None:
         try:
-            message, fds, _, _ = socket.recv_fds(conn, 16, 2)
+            message, fds, _, _ = socket.recv_fds(conn, 16, 2 + self.extra)
         except OSError:
             message, fds = b"", []
         if not message:
             self._hang_up(conn)
-        elif message == b"fork" and len(fds) == 2:
+        elif message == b"fork" and 2 <= len(fds) <= 2 + self.extra:
             self._reply(conn, {"pid": self._fork(*fds)})
         elif message == b"client" and len(fds) == 1 and conn is self.owner:
             self.clients[fds[0]] = socket.socket(fileno=fds[0])
@@ -329,23 +359,27 @@ class _Server:
             for fd in fds:
                 os.close(fd)
 
-    def _fork(self, control: int, log: int) -> int:
+    def _fork(self, control: int, log: int, *extra: int) -> int:
+        led_r, led_w = os.pipe()
         pid = os.fork()
         if pid == 0:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            for fd in (self.wake_r, self.wake_w, *(conn.detach() for conn in self.clients.values())):
-                os.close(fd)  # a host holds no connection: not its own runner's, let alone another's
-            os.setsid()  # its own process group, which the runner ends it by, as a cold host's
+            for fd in (self.wake_r, self.wake_w, led_r, *(conn.detach() for conn in self.clients.values())):
+                os.close(fd)  # a child holds no connection: not its own runner's, let alone another's
+            os.setsid()  # its own process group, which its caller ends it by, as a cold one's
+            os.close(led_w)  # the server replies only now: a caller's killpg must find the group
             os.dup2(log, 1)
             os.dup2(log, 2)
             os.close(log)
             from grader.sandbox.parent import die_with_parent
 
             die_with_parent(self.pid, signal.SIGKILL)
-            self.become_host(control)
-        os.close(control)
-        os.close(log)
+            self.become(control, *extra)
+        for fd in (control, log, led_w, *extra):
+            os.close(fd)
+        os.read(led_r, 1)  # end of file once the child leads its group (or has died)
+        os.close(led_r)
         return pid
 
     def _hang_up(self, conn: socket.socket) -> None:
