@@ -95,6 +95,7 @@ class Run:
     wall: float
     grades: dict[str, float]  # student: seconds its grading took (batch-outcome.json)
     gradebook: dict[str, dict[str, str]]  # student: gradebook.csv row
+    cpu: float = 0.0  # the machine's busy CPU-seconds over the batch (/proc/stat): less of its drift than wall
 
     @property
     def graded(self) -> float:
@@ -125,7 +126,7 @@ def build(roster: Path, students: int) -> None:
 
 def batch(roster: Path, out: Path, label: str, options: list[str], env: dict[str, str], log: Path) -> Run:
     print(f"bench-cluster: grading {roster} with {label} ...", file=sys.stderr, flush=True)
-    start = time.monotonic()
+    start, busy = time.monotonic(), _busy()
     with log.open("w") as stderr:
         done = subprocess.run(
             [sys.executable, "-m", "grader", "batch", str(roster), "--out", str(out), *options],
@@ -140,7 +141,13 @@ def batch(roster: Path, out: Path, label: str, options: list[str], env: dict[str
     grades = {p.parent.name: json.loads(p.read_text())["seconds"] for p in out.glob("students/*/batch-outcome.json")}
     with (out / "gradebook.csv").open(newline="") as fh:
         gradebook = {row["student"]: row for row in csv.DictReader(fh)}
-    return Run(label, wall, grades, gradebook)
+    return Run(label, wall, grades, gradebook, _busy() - busy)
+
+
+def _busy() -> float:
+    """This machine's busy CPU-seconds so far, all cores (user, nice, system, irq, softirq, steal)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def slurm_config(work: Path) -> Path:
@@ -220,16 +227,16 @@ def table(runs: list[Run], base: Run, students: int) -> list[str]:
     were not grading (start-up, scheduling, the tail's one slot left alone): the mode's overhead
     without the gradings' own run-to-run noise, which on a loaded machine is larger than Dask's."""
     lines = [
-        f"| mode | students | wall s | s/student | gradings' own s | idle slot s | vs `{base.label}`: "
+        f"| mode | students | wall s | s/student | CPU s | gradings' own s | idle slot s | vs `{base.label}`: "
         "total s | per student s | % |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         extra = run.wall - base.wall
         vs = f"{extra:+.1f} | {extra / students:+.2f} | {(run.wall / base.wall - 1) * 100:+.1f}%"
         lines.append(
-            f"| `{run.label}` | {students} | {run.wall:.1f} | {run.wall / students:.2f} | {run.graded:.1f} | "
-            f"{run.wall - run.graded / SLOTS:.1f} | {' | |' if run is base else vs} |"
+            f"| `{run.label}` | {students} | {run.wall:.1f} | {run.wall / students:.2f} | {run.cpu:.0f} | "
+            f"{run.graded:.1f} | {run.wall - run.graded / SLOTS:.1f} | {' | |' if run is base else vs} |"
         )
     return lines
 
@@ -239,12 +246,13 @@ def warm_against_cold(by_mode: dict[str, list[Run]]) -> list[str]:
     lines = []
     for cold, warm in (("cold", "jobs"), ("local-cold", "local")):
         pairs = list(zip(by_mode.get(cold, []), by_mode.get(warm, []), strict=False))  # a mode may be absent
-        if pairs:
-            each = [c.wall / w.wall for c, w in pairs]
-            lines.append(
-                f"`{MODES[cold][0]}` / `{MODES[warm][0]}`: {', '.join(f'{x:.2f}x' for x in each)}"
-                + (f" (median {statistics.median(each):.2f}x)" if len(each) > 1 else "")
-            )
+        for what, of in (("wall", lambda run: run.wall), ("CPU", lambda run: run.cpu)):
+            each = [of(c) / of(w) for c, w in pairs]
+            if each:
+                lines.append(
+                    f"`{MODES[cold][0]}` / `{MODES[warm][0]}`, {what}: {', '.join(f'{x:.2f}x' for x in each)}"
+                    + (f" (median {statistics.median(each):.2f}x)" if len(each) > 1 else "")
+                )
     return lines
 
 
@@ -349,7 +357,7 @@ def main() -> None:
         if alone.grades[first] != rerun.grades[first]:
             raise SystemExit(f"the one-student rerun graded {first} again: the client's cost is not measured")
         client = (rerun.wall - alone.wall) / (args.students - 1) if args.students > 1 else rerun.wall
-        base = next((run for run in runs if run.label == MODES["jobs"][0]), runs[0])
+        base = by_mode.get("jobs", runs)[0]
         kinds = Counter(p.name.split("-", 1)[1] for p in (work / "class").iterdir())
         print(f"\nClass: {args.students} students ({', '.join(f'{n} {kind}' for kind, n in kinds.most_common())}).\n")
         print("\n".join(table(runs, base, args.students)))
