@@ -134,21 +134,23 @@ def grade(
 def _early_host(isolation: str) -> Iterator[Host | None]:
     """The matrix session's host, started before anything else: its torch import (a second) overlaps
     this process's own imports, the rubric, intake and the static checks (issue 23).  It is told
-    nothing until the matrix runs (``grader.matrix.host``); none where the session has none (the
-    portable runtime on macOS and Windows)."""
-    from grader.matrix.host import Host
+    nothing until the matrix runs (``grader.matrix.host``); none where the isolation asked for cannot
+    be had."""
+    from grader.matrix.host import Host, after_grading
     from grader.runtimes.torchdist import mode
 
     try:
-        hosted = mode.decide(isolation).hosted
+        mode.decide(isolation)
     except UserError:
-        hosted = False  # the matrix says why, as it would without an early host
-    host = Host.take() if hosted else None
+        host = None  # the matrix says why, as it would without an early host
+    else:
+        host = Host.take()
     try:
         yield host
     finally:
         if host is not None:
             host.close()
+        after_grading()  # a spare that waited for this grading's end starts now (grader.matrix.host)
 
 
 DELIVERABLES = "deliverables"  # beside the outputs: what a rescore reads the diagram and answers from

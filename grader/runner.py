@@ -6,7 +6,9 @@ a fake ``torch/``) is on ``sys.path`` or in pytest's config search.  If a hostil
 kills the session anyway, the case it was running is recorded as a crash and a new session
 picks up the remaining cases; the rounds' JUnit files are merged into one.  A session that ends
 before any case handed the submission's code to its ranks (the ledger says so, not the ranks) is
-the grader's own failure: :class:`SessionFailed`, never a verdict charged to the submission.
+the grader's own failure: :class:`SessionFailed`, never a verdict charged to the submission; so
+is a session whose host died with the host server that forked it, and every case runs again
+(:class:`HostLost`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from junitparser import Failure, JUnitXml, Properties, Property, TestCase, TestS
 from grader import runtimes
 from grader.errors import GraderError
 from grader.matrix import timeline
-from grader.matrix.host import Host, HostProcess
+from grader.matrix.host import Host, HostProcess, Preface
 from grader.matrix.plugin import CONFIG_ENV, PARENT_ENV, STARTED, MatrixConfig
 from grader.pack import AssignmentPack, load_pack
 from grader.results import Verdict
@@ -116,13 +117,11 @@ def run_matrix(
     ledger = workdir / "ledger.jsonl"
     start = _Start(ledger)
     everything = _case_names(assignment, only)
-    hosted = mode.decide(isolation).hosted  # the session's host forks the zygote (the sandbox's ranks, Linux's workers)
+    preface = Preface(assignment.rank_side, _ahead(assignment, isolation))
     round_no = 0
     while round_no < MAX_ROUNDS:
         round_no += 1
-        session_host = None
-        if hosted:
-            session_host = host if round_no == 1 and host is not None else Host.take()
+        session_host = host if round_no == 1 and host is not None else Host.take()
         junit = workdir / f"junit-round{round_no}.xml"
         config = MatrixConfig(
             pack=pack,
@@ -143,7 +142,7 @@ def run_matrix(
         )
         remaining = total_timeout_s - (time.monotonic() - start.began)
         try:
-            code, start.log = _session(config, assignment, workdir, junit, remaining, session_host)
+            code, start.log = _session(config, assignment, preface, workdir, junit, remaining, session_host)
         except HostLost as exc:
             if start.number == HOST_ATTEMPTS:
                 raise
@@ -204,12 +203,28 @@ def _case_names(pack: AssignmentPack, only: list[str] | None) -> list[str]:
     return [n for n in names if n in set(only)] if only else names
 
 
+def _ahead(pack: AssignmentPack, isolation: str) -> int:
+    """Workers a session host spawns before its grading (``Preface.ahead``): the pack's largest group,
+    where the portable runtime's workers are spawned (macOS, Windows); none where they are forked."""
+    if not mode.decide(isolation).portable or mode.start_method() != "spawn":
+        return 0
+    from grader.runtimes.torchdist.portable import pool_capacity
+
+    return pool_capacity(pack.cases(), (), pack.handoffs, forked=False)
+
+
 def _session(
-    config: MatrixConfig, pack: AssignmentPack, workdir: Path, junit: Path, timeout_s: float, host: Host | None
+    config: MatrixConfig,
+    pack: AssignmentPack,
+    preface: Preface,
+    workdir: Path,
+    junit: Path,
+    timeout_s: float,
+    host: Host,
 ) -> tuple[int, str]:
-    """Run one session and return its exit status and the tail of its output: in ``host`` (it forks the
-    zygote first: wherever the Linux sandbox is built, and for the portable runtime on Linux), else as
-    ``python -m pytest`` (the portable runtime where nothing forks: macOS, Windows)."""
+    """Run one session in ``host`` and return its exit status and the tail of its output.  The host
+    forks the zygote first (wherever the Linux sandbox is built, and for the portable runtime on
+    Linux), or spawns workers (the portable runtime on macOS and Windows)."""
     home = workdir / "session"
     home.mkdir(exist_ok=True)
     ini = home / "pytest.ini"
@@ -253,17 +268,10 @@ def _session(
     }
     proc: HostProcess
     with contextlib.ExitStack() as stack:
-        if host is not None:
-            host = host.for_pack(pack.rank_side)
-            stack.callback(host.close)
-            host.preload(pack.rank_side)
-            proc, log = host.begin(args, {**env, PARENT_ENV: str(host.parent)}, str(home)), host.log
-        else:
-            log = stack.enter_context(tempfile.TemporaryFile())
-            cmd = [sys.executable, "-m", "pytest", *args]
-            proc = subprocess.Popen(
-                cmd, cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        host = host.for_pack(preface)
+        stack.callback(host.close)
+        host.preload(preface)
+        proc, log = host.begin(args, {**env, PARENT_ENV: str(host.parent)}, str(home)), host.log
         try:
             code = _wait(proc, max(timeout_s, 1.0))
         except subprocess.TimeoutExpired:
@@ -271,7 +279,7 @@ def _session(
         except BaseException:  # SIGTERM or Ctrl-C of the grader: the session ends first
             _stop(proc)
             raise
-        if code not in (0, 1) and host is not None and host.lost():
+        if code not in (0, 1) and host.lost():
             raise HostLost(
                 f"the host server that forked the session's host died (exit status {code})", _tail(log, 4000)
             )

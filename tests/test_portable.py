@@ -288,6 +288,64 @@ def test_spawned_workers_as_on_macos_and_windows_join_a_group_run_a_case_and_ser
 
 
 @pytest.mark.slow
+def test_as_on_macos_and_windows_a_watch_loops_spare_host_spawns_its_workers_ahead_and_is_told_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 41 where nothing forks, run here on Linux: a spare session host (``keep_spare``, as under
+    ``grade --watch``) starts once a grading has ended and spawns the pack's largest group of workers
+    while the student reads the result, and the re-grade's pool takes them, told its sandbox only then.
+    Until then neither the spare nor its workers hold anything of a grading: not the salt, not the
+    submission.  Every grade is the one a cold grading gives, and nothing outlives the loop."""
+    from grader import runner
+    from grader.matrix import host as hosts
+    from grader.salt import SALT_ENV
+    from tests.processes import descendants
+    from tests.test_spare_host import RUBRIC, TOY
+    from tests.test_zygote import _memory_holds
+
+    tree = tmp_path / "submission"
+    shutil.copytree(TOY / "submission", tree)
+    monkeypatch.setattr("grader.runtimes.torchdist.mode.start_method", lambda system=sys.platform: "spawn")
+    beside: list[object] = []  # the spare while each matrix ran: none, it would slow that grading down
+    matrix = runner.run_matrix
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        beside.append(hosts._SPARE.spare())
+        return matrix(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_matrix", watched)
+    secret, marker = f"salt-{os.urandom(8).hex()}", f"submission-{os.urandom(8).hex()}"
+    monkeypatch.setenv(SALT_ENV, secret)
+    with (tree / "ops.py").open("a") as f:
+        f.write(f"\nMARKER = {marker!r}\n")
+    cold = grade(tree, RUBRIC, isolation="portable")
+    with hosts.keep_spare(False), hosts.keep_spare(one_pack=True):
+        first = grade(tree, RUBRIC, isolation="portable")
+        spare = hosts._SPARE.spare()
+        assert spare is not None and spare.told is not None and spare.told.ahead == 2  # the toy's largest group
+        deadline = time.monotonic() + 120
+        while len(descendants(spare.proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)  # its workers spawned (multiprocessing's resource tracker is a third child)
+        waiting = descendants(spare.proc.pid) | {spare.proc.pid}
+        assert len(waiting) >= 3
+        for pid in waiting:
+            assert not _memory_holds(pid, secret.encode()) and not _memory_holds(pid, marker.encode())
+        again = grade(tree, RUBRIC, isolation="portable")
+        below = descendants(os.getpid())
+    assert "2 of them started by its host before the grading was sent to it" in again.isolation["zygote"]
+    assert beside == [None, None, None]  # it starts once a grading has ended (host.after_grading)
+    for result in (first, again):
+        assert [(c.id, c.verdict, c.message) for c in result.cases] == [
+            (c.id, c.verdict, c.message) for c in cold.cases
+        ]
+        assert result.score == cold.score == 10
+    deadline = time.monotonic() + 10
+    while (below & descendants(os.getpid())) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not below & descendants(os.getpid())
+
+
+@pytest.mark.slow
 def test_on_linux_the_zygote_of_a_hosted_session_forks_its_workers_and_nothing_outlives_the_pool(
     tmp_path: Path,
 ) -> None:

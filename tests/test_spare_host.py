@@ -84,7 +84,7 @@ def test_a_spare_is_told_nothing_of_a_grading_but_its_pack(started: list[Host]) 
         assert spare.proc.poll() is None
         environ = Path(f"/proc/{spare.proc.pid}/environ").read_bytes()
         assert secret.encode() not in environ and b"GRADER_INPUT_SALT" not in environ
-        assert spare.told is not None and spare.told.bodies == "tests.toy_pack.bodies"
+        assert spare.told is not None and spare.told.side.bodies == "tests.toy_pack.bodies"
 
 
 def test_a_spare_started_under_another_environment_is_not_taken(

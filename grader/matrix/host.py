@@ -1,11 +1,13 @@
 """The matrix session's process, which forks the session's zygote before it becomes the session.
 
-Started as ``python -I -m grader.matrix.host`` by :meth:`Host.start` wherever the session forks (the
-Linux sandbox, whose zygote forks the ranks, and the portable runtime on Linux, whose zygote forks its
-workers; on macOS and Windows the portable session is a plain ``python -m pytest``), and started
-first thing in a grading (``pipeline.grade``), before the rubric, the submission or the pack are
-known, so that its torch import overlaps everything the grading does before its matrix (issue 23).
-The process starts in the zygote's scrubbed environment and:
+Started as ``python -I -m grader.matrix.host`` by :meth:`Host.start` for every session (the Linux
+sandbox, whose zygote forks the ranks, and the portable runtime, whose zygote forks its workers on
+Linux), and started first thing in a grading (``pipeline.grade``), before the rubric, the submission
+or the pack are known, so that its torch import overlaps everything the grading does before its
+matrix (issue 23).  Where nothing forks (macOS, Windows: ``mode.start_method``) it forks no zygote:
+told the pack, it spawns the pool's workers ahead (``portable.spawn_ahead``) and becomes the session,
+so that a spare's workers import torch while the student reads the last grade (issue 41).  Elsewhere
+the process starts in the zygote's scrubbed environment and:
 
 1. imports what every rank needs whatever the pack, torch and the rank runtime
    (``zygote.preload_runtime``);
@@ -37,6 +39,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from grader.runtimes import RankSide
@@ -63,6 +66,23 @@ class HostProcess(Protocol):
     def kill(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class Preface:
+    """What a host is told before its grading (:meth:`Host.preload`): the pack's rank side and, where
+    ranks are spawned rather than forked (``mode.start_method``), how many workers to spawn ahead, the
+    pack's largest group.  Nothing of any grading."""
+
+    side: RankSide
+    ahead: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        return {"side": self.side.to_json(), "ahead": self.ahead}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Preface:
+        return cls(RankSide.from_json(data["side"]), int(data["ahead"]))
+
+
 class Host:
     """The runner's handle on one session's host: started before the grading knows its pack, told the
     pack (:meth:`preload`), then the session (:meth:`begin`), or closed unused (:meth:`close`)."""
@@ -72,7 +92,7 @@ class Host:
         self.parent = parent  # the process it dies with: this one, or the host server that forked it
         self.log = log  # the host's and then the session's output: an unnamed file, gone when closed
         self.env = env  # what it started with: a spare started under another environment is not taken
-        self.told: RankSide | None = None  # the pack it preloads (:meth:`preload`)
+        self.told: Preface | None = None  # the pack it preloads (:meth:`preload`)
         self._control: int | None = control  # the pipe's write end; None once the request is sent
 
     @classmethod
@@ -83,27 +103,45 @@ class Host:
         return _SPARE.take()
 
     @classmethod
-    def start(cls) -> Host:
-        """A new host: forked by this process's host server where :func:`keep_spare` keeps one
-        (``grader.matrix.warm``), else started cold."""
+    def environment(cls) -> dict[str, str]:
+        """What a host starts with here: the zygote's scrubbed environment where it forks one (Linux), a
+        spawned worker's where it spawns them (``portable.worker_environment``: what Python needs on
+        macOS and Windows)."""
+        from grader.runtimes.torchdist.mode import start_method  # here: a zygote, forked by a host, holds no mode
+
+        if start_method() == "spawn":
+            from grader.runtimes.torchdist.portable import worker_environment
+
+            return worker_environment(dict(os.environ))
         from grader.runtimes.torchdist.zygote import scrubbed_environment
 
-        env = scrubbed_environment()
+        return scrubbed_environment()
+
+    @classmethod
+    def start(cls) -> Host:
+        """A new host: forked by this process's host server where :func:`keep_spare` keeps one
+        (``grader.matrix.warm``), else started cold.  Where ranks are spawned (``mode.start_method``),
+        it forks nothing: its session's pool spawns them, some ahead (:class:`Preface`), and its pipe
+        is its standard input, which every system passes on."""
+        from grader.runtimes.torchdist.mode import start_method
+
+        spawn = start_method() == "spawn"
+        env = cls.environment()
         log = tempfile.TemporaryFile()  # noqa: SIM115 (the host's to close: Host.close)
         control, request = os.pipe()
         try:
-            server = _SPARE.server(env)
+            server = None if spawn else _SPARE.server(env)
             proc: HostProcess | None = server.fork(control, log) if server is not None else None
             if proc is None:  # no server, or it is gone: started cold, this host dies with this process
                 server = None
                 cmd = [sys.executable, "-I", "-m", "grader.matrix.host", "--runner", str(os.getpid())]
-                cmd += ["--control", str(control)]
+                cmd += ["--spawn"] if spawn else ["--control", str(control)]
                 proc = subprocess.Popen(
                     cmd,
-                    cwd="/",
+                    cwd=os.path.abspath(os.sep),  # the root of this drive, on Windows too
                     env=env,
-                    pass_fds=[control],
-                    stdin=subprocess.DEVNULL,
+                    pass_fds=[] if spawn else [control],
+                    stdin=control if spawn else subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
@@ -116,23 +154,23 @@ class Host:
             os.close(control)
         return cls(proc, request, log, env, os.getpid() if server is None else server.pid)
 
-    def preload(self, side: RankSide) -> None:
+    def preload(self, preface: Preface) -> None:
         """The pack's rank side (its runtime's modules, its bodies, where a pack that is not installed
-        lives): the zygote is forked once they are imported.  Nothing of the grading but the pack's name
-        crosses here.  A spare kept for the next grading is told the same pack now (it is likely the
-        next one's)."""
-        if self.told is not None and self.told != side:
-            raise ValueError(f"this host was told {self.told.bodies} already")
+        lives): the zygote is forked once they are imported, or ``preface.ahead`` workers spawned.
+        Nothing of the grading but the pack's name crosses here.  A spare kept for the next grading is
+        told the same now (it is likely the next one's)."""
+        if self.told is not None and self.told != preface:
+            raise ValueError(f"this host was told {self.told.side.bodies} already")
         if self.told is None:  # else a spare, told when the grading before preloaded it
-            self.told = side
-            self._send(json.dumps(side.to_json()).encode() + b"\n")
+            self.told = preface
+            self._send(json.dumps(preface.to_json()).encode() + b"\n")
         if self is not _SPARE.spare():
-            _SPARE.expect(side)
+            _SPARE.expect(preface)
 
-    def for_pack(self, side: RankSide) -> Host:
+    def for_pack(self, preface: Preface) -> Host:
         """This host, or a new one in its place (this one closed) when it was told another pack: a spare
         told the pack of the grading before."""
-        if self.told in (None, side):
+        if self.told in (None, preface):
             return self
         self.close()
         return Host.start()
@@ -156,7 +194,10 @@ class Host:
         self._hang_up()  # a host still waiting for its pack or its request exits on the closed pipe
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                if hasattr(os, "killpg"):
+                    os.killpg(self.proc.pid, signal.SIGKILL)  # its group: a zygote, or workers spawned ahead
+                else:  # Windows: workers it spawned ahead exit once their channels close with it
+                    self.proc.kill()
         self.proc.wait()
         self.log.close()
 
@@ -177,7 +218,12 @@ class Host:
 class _Spare:
     """At most one host started ahead for this process's next grading, while :func:`keep_spare` is on.
     A host knows nothing before it is taken (not the pack, not the salt), so starting it early changes
-    nothing a grading sees; it dies with this process like any host."""
+    nothing a grading sees; it dies with this process like any host.
+
+    Where hosts fork (Linux) the next one starts as a grading takes its own: a fork of a host server,
+    it costs that grading nothing.  Where they spawn (macOS, Windows) a spare costs a torch import, and
+    one per worker it spawns ahead, which would slow the grading beside it down: it starts once that
+    grading has ended (:func:`after_grading`), while the student reads the result."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()  # take() starts a host, which asks server() under it
@@ -185,18 +231,23 @@ class _Spare:
         self._host: Host | None = None
         self._server: HostServer | None = None  # what Host.start forks hosts from, while kept
         self._attached: HostServer | None = None  # a server another process started (attach_server)
-        self._last: RankSide | None = None  # the pack the last grading preloaded
+        self._last: Preface | None = None  # what the last grading's host was told
+        self._pending = False  # a spare to start once the grading that took a host has ended (spawn)
+        self._tell: Preface | None = None  # what that spare is told as it starts (expect)
 
     def take(self) -> Host:
-        from grader.runtimes.torchdist.zygote import scrubbed_environment
+        from grader.runtimes.torchdist.mode import start_method
 
         with self._lock:
             host, self._host = self._host, None
             if self._wanted and self._wanted[-1][0] and threading.current_thread() is threading.main_thread():
                 # PDEATHSIG follows the thread that started a host: one started on a thread that ends
                 # before the next grading would die under it
-                self._host = Host.start()
-        if host is not None and (host.proc.poll() is not None or host.env != scrubbed_environment()):
+                if start_method() == "spawn":
+                    self._pending = True
+                else:
+                    self._host = Host.start()
+        if host is not None and (host.proc.poll() is not None or host.env != Host.environment()):
             host.close()
             host = None
         return host if host is not None else Host.start()
@@ -226,17 +277,32 @@ class _Spare:
             self._server = started
         return started
 
-    def expect(self, side: RankSide) -> None:
+    def expect(self, preface: Preface) -> None:
         """A grading preloads this pack: when the grading before did too, or the block says every grading
         is of one pack (a watch loop's), the spare (not yet told anything) is told it now, so its zygote
         is ready if the next grading is of the same pack again (a test module's), and replaced when it is
         not.  Packs that alternate leave it untold: a spare told the wrong pack is worth nothing."""
         with self._lock:
             one_pack = bool(self._wanted) and self._wanted[-1][1]
-            again, self._last = one_pack or self._last == side, side
+            again, self._last = one_pack or self._last == preface, preface
+            self._tell = preface if again else None
             spare = self._host if again and self._host is not None and self._host.told is None else None
         if spare is not None:
-            spare.preload(side)
+            spare.preload(preface)
+
+    def ended(self) -> None:
+        """A grading has ended: a spare that waited for it (:attr:`_pending`) starts now, told what
+        :meth:`expect` found the next grading likely to be."""
+        with self._lock:
+            pending, self._pending = self._pending, False
+            keep = bool(self._wanted) and self._wanted[-1][0]
+            if not (pending and keep and threading.current_thread() is threading.main_thread()):
+                return
+            if self._host is None:
+                self._host = Host.start()
+            spare, tell = self._host, self._tell
+        if tell is not None and spare.told is None:
+            spare.preload(tell)
 
     @contextlib.contextmanager
     def kept(self, on: bool, one_pack: bool) -> Iterator[None]:
@@ -257,6 +323,7 @@ class _Spare:
         with self._lock:
             host, self._host = self._host, None
             server, self._server = self._server, None
+            self._pending = False
         if host is not None:
             host.close()
         if server is not None:
@@ -278,11 +345,15 @@ def keep_spare(on: bool = True, *, one_pack: bool = False) -> contextlib.Abstrac
     return _SPARE.kept(on, one_pack)
 
 
+def after_grading() -> None:
+    """A grading of this process has ended (``pipeline.grade``): where a spare waits for that (hosts that
+    spawn, :class:`_Spare`), it starts now."""
+    _SPARE.ended()
+
+
 def kept_server() -> HostServer | None:
     """This process's host server while :func:`keep_spare` keeps one (started if need be), else None."""
-    from grader.runtimes.torchdist.zygote import scrubbed_environment
-
-    return _SPARE.server(scrubbed_environment())
+    return _SPARE.server(Host.environment())
 
 
 @contextlib.contextmanager
@@ -321,11 +392,15 @@ def main() -> None:
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--control", type=int, help="the pipe the pack and the session come on")
     what.add_argument("--serve", type=int, help="be the runner's host server (grader.matrix.warm) on this socket")
+    what.add_argument("--spawn", action="store_true", help="fork nothing, spawn workers; the pipe is stdin")
     args = parser.parse_args()
-    from grader.runtimes.torchdist import zygote
     from grader.sandbox.parent import die_with_parent
 
-    die_with_parent(args.runner, signal.SIGKILL)
+    die_with_parent(args.runner, getattr(signal, "SIGKILL", signal.SIGTERM))
+    if args.spawn:
+        _become_spawning_session()
+    from grader.runtimes.torchdist import zygote
+
     zygote.preload_runtime()
     if args.serve is not None:
         from grader.matrix import warm
@@ -342,7 +417,7 @@ def _become_host(control_fd: int) -> None:
     from grader.sandbox.parent import die_with_parent
 
     control = os.fdopen(control_fd, "rb")
-    side = _preface(control)
+    side = _preface(control).side
     zygote.preload_pack(side)
     session, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     host = os.getpid()
@@ -354,6 +429,26 @@ def _become_host(control_fd: int) -> None:
         zygote.serve(theirs, side.bodies)  # never returns
     theirs.close()
     heap.keep_freed(heap.SESSION_TRIM)  # the session, not its zygote, which keeps less
+    _become_session(control, {ZYGOTE_ENV: f"{session.fileno()}:{pid}"})
+
+
+def _become_spawning_session() -> None:
+    """A host where nothing forks (macOS, Windows; ``mode.start_method``): it imports torch, is told the
+    pack on its standard input, spawns that many workers ahead (``portable.spawn_ahead``: a spare's
+    import torch while the student reads the last grade) and becomes the session, whose pool takes them."""
+    import torch
+    import torch.distributed  # noqa: F401 - the session's expected values, as a cold session imports them
+
+    from grader.runtimes.torchdist import portable
+
+    control = os.fdopen(0, "rb", closefd=False)
+    preface = _preface(control)
+    portable.spawn_ahead(preface.side, preface.ahead)
+    _become_session(control, {})
+
+
+def _become_session(control: IO[bytes], extra: dict[str, str]) -> None:
+    """Step 4: read the session's request and run it, with ``extra`` added to its environment."""
     # Imported before the request, not after it: a spare waiting for its grading (a watch loop's re-grade)
     # has them ready; they hold nothing of any grading (the plugin reads its configuration only once run).
     import pytest
@@ -362,19 +457,20 @@ def _become_host(control_fd: int) -> None:
 
     argv, env, cwd = _request(control)
     os.environ.clear()
-    os.environ.update(env)
-    os.environ[ZYGOTE_ENV] = f"{session.fileno()}:{pid}"
+    os.environ.update({**env, **extra})
+    tempfile.tempdir = None  # found again from the session's own environment, not the host's
     os.chdir(cwd)
     sys.argv = ["pytest", *argv]
     raise SystemExit(pytest.console_main())
 
 
-def _preface(control: IO[bytes]) -> RankSide:
-    """The runner's first line, ``RankSide.to_json``: the pack the zygote preloads."""
+def _preface(control: IO[bytes]) -> Preface:
+    """The runner's first line, :meth:`Preface.to_json`: the pack the zygote preloads, or whose workers
+    are spawned ahead."""
     line = control.readline(MAX_REQUEST)
     if not line.endswith(b"\n"):
         raise SystemExit("the runner sent no pack")  # it closed the pipe: this host was not needed
-    return RankSide.from_json(json.loads(line))
+    return Preface.from_json(json.loads(line))
 
 
 def _request(control: IO[bytes]) -> tuple[list[str], dict[str, str], str]:

@@ -74,6 +74,7 @@ class MatrixSession:
         from grader.pack import load_pack
         from grader.runtimes.torchdist import mode
         from grader.runtimes.torchdist.session import Sandboxing, Zygote, student_config
+        from grader.runtimes.torchdist.zygote import ZYGOTE_ENV
 
         self.config = config
         self.timeline = Timeline(config.launched)
@@ -91,7 +92,7 @@ class MatrixSession:
         if self.isolation.portable:
             from grader.runtimes.torchdist import portable
 
-            forks = Zygote.forked() if self.isolation.hosted else None  # the pool's workers' (Linux)
+            forks = Zygote.forked() if ZYGOTE_ENV in os.environ else None  # where the host forked one (Linux)
             capacity = portable.pool_capacity(
                 self.pack.cases(), set(config.skip), set(self.pack.handoffs), forked=forks is not None
             )
@@ -108,7 +109,10 @@ class MatrixSession:
         self.import_failures: dict[str, tuple[Verdict, str]] = {}
         self.probed: set[str] = set()  # modules whose imports were probed for threads left running
         self.start_failures: dict[int, str] = {}  # rank processes -> why their group could not start
-        self.layers: dict[str, str] = {**config.layers, **self.isolation.layers(self.pool.method if self.pool else "")}
+        self.layers: dict[str, str] = {
+            **config.layers,
+            **self.isolation.layers(*((self.pool.method, self.pool.ahead) if self.pool else ())),
+        }
         self.failed_functions: set[str] = set()  # functions with a failing case that a stand-in may replace
         self.hung: dict[tuple[str, int], str] = {}  # (function, world size) -> the case that hung
         self.calibration: dict[int, float | None] = {}  # rank processes -> seconds of the calibration allreduce

@@ -63,13 +63,6 @@ class Isolation:
     def portable(self) -> bool:
         return self.name == "portable"
 
-    @property
-    def hosted(self) -> bool:
-        """Whether the session runs in a host that forks a zygote first (``grader.matrix.host``): the
-        sandbox's always; the portable runtime's where its workers can be forked (Linux), so that the
-        zygote forks them (``portable.WorkerPool``)."""
-        return not self.portable or start_method() == "zygote"
-
     def measured(self, traffic: Traffic | None) -> Traffic | None:
         """The traffic a case is decided on.  Rootless, the capture's buffer is capped at
         net.core.rmem_max, so a large case on a loaded machine can overflow it through no doing of the
@@ -80,8 +73,9 @@ class Isolation:
             return None
         return traffic
 
-    def layers(self, method: str = "") -> dict[str, str]:
-        """What the session reports beside the groups' own layers (``method``: :func:`start_method`'s)."""
+    def layers(self, method: str = "", ahead: int = 0) -> dict[str, str]:
+        """What the session reports beside the groups' own layers (``method``: :func:`start_method`'s;
+        ``ahead``: spawned workers its host started before the grading, told nothing of it until then)."""
         if not self.portable:
             return {"mode": f"on: {self.name} ({self.why})"}
         off = "off: portable runtime"
@@ -89,6 +83,8 @@ class Isolation:
             "spawn": "a fresh interpreter (spawn)",
             "zygote": "forked from the session's zygote, which imported only torch and the rank side (zygote)",
         }[method or start_method()]
+        if ahead:
+            started += f"; {ahead} of them started by its host before the grading was sent to it"
         return {
             "mode": f"off: portable runtime ({self.why}): {ADVISORY}",
             "zygote": f"on: every rank is {started}, with a scrubbed environment",

@@ -20,6 +20,7 @@ of a group only what it evicts (:class:`Tenant`), so the two modules do not impo
 from __future__ import annotations
 
 import contextlib
+import json
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.resource_tracker
@@ -44,23 +45,44 @@ KEEP_ENV = ("PATH", "SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "TEMP", "TMP", "LANG"
 SPAWN_S = 90.0  # added to a group's start budget while a worker still imports torch (a loaded laptop)
 
 
+def worker_environment(environ: dict[str, str]) -> dict[str, str]:
+    """All of ``environ`` that a spawned worker starts with: what Python and the OS need, nothing of the
+    grader's (never the session's config path, let alone a salt).  A session host that spawns workers
+    ahead (``grader.matrix.host``) starts with it too."""
+    env = {k: v for k, v in environ.items() if k.upper() in KEEP_ENV}
+    env.update({**NUMERICS_ENV, "PYTHONNOUSERSITE": "1"})
+    if sys.platform in LOOPBACK:
+        env["GLOO_SOCKET_IFNAME"] = LOOPBACK[sys.platform]
+    if sys.platform == "win32":
+        env["USE_LIBUV"] = "1"  # the libuv TCP transport, as the course's handout runs it on Windows
+    return env
+
+
 @contextlib.contextmanager
 def _scrubbed_environment() -> Any:
-    """A spawned worker gets this process's environment: for the time it starts, that is only what
-    Python needs (never the session's config path, let alone a salt)."""
+    """A spawned worker gets this process's environment: for the time it starts, only
+    :func:`worker_environment`'s."""
     saved = dict(os.environ)
     try:
         os.environ.clear()
-        os.environ.update({k: v for k, v in saved.items() if k.upper() in KEEP_ENV})
-        os.environ.update({**NUMERICS_ENV, "PYTHONNOUSERSITE": "1"})
-        if sys.platform in LOOPBACK:
-            os.environ["GLOO_SOCKET_IFNAME"] = LOOPBACK[sys.platform]
-        if sys.platform == "win32":
-            os.environ["USE_LIBUV"] = "1"  # the libuv TCP transport, as the course's handout runs it on Windows
+        os.environ.update(worker_environment(saved))
         yield
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+#: Workers a session host spawned before its grading (:func:`spawn_ahead`), for its session's pool.
+_AHEAD: list[Worker] = []
+
+
+def spawn_ahead(side: RankSide, n: int) -> None:
+    """Spawn ``n`` workers for the pack of ``side`` now, in a session host not yet told its grading (a
+    spare's, ``grader.matrix.host``): they import torch and the rank side while the student reads the
+    last grade, and are told the grading's sandbox and student settings only once its pool takes them.
+    A host that is closed unused takes them with it (their channels close)."""
+    with _scrubbed_environment():
+        _AHEAD.extend(_spawned(side) for _ in range(n))
 
 
 class ForkedProcess:
@@ -147,7 +169,8 @@ class WorkerPool:
     worker when a group first needs it (``method`` "zygote"): it imported torch and the pack's rank side
     before the host was told anything, so a host forked warm (``grader.matrix.warm``) starts its workers
     without any import.  Elsewhere (macOS, Windows: ``mode.start_method``) they are spawned, all at once,
-    so that their torch imports overlap the session's own."""
+    so that their torch imports overlap the session's own, and first taken from those its host spawned
+    before it was told the grading (:func:`spawn_ahead`)."""
 
     def __init__(
         self,
@@ -164,9 +187,15 @@ class WorkerPool:
         self.idle: list[Worker] = []
         self.groups: list[Tenant] = []  # live groups, least recently used first
         self.spawned = 0  # workers started over the session
+        self.ahead = 0  # of them, workers its host spawned before the grading (spawn_ahead)
         if zygote is None:
+            self.idle = [self._told(worker) for worker in _AHEAD[:capacity]]
+            for extra in _AHEAD[capacity:]:
+                extra.kill()
+            _AHEAD.clear()
+            self.ahead = self.spawned = len(self.idle)
             with _scrubbed_environment():
-                self.idle = [self._spawn() for _ in range(capacity)]
+                self.idle += [self._spawn() for _ in range(capacity - len(self.idle))]
 
     def take(self, n: int, group: Tenant) -> list[Worker]:
         """``n`` workers for ``group``: idle ones first, then new ones, evicting idle groups for room."""
@@ -214,18 +243,18 @@ class WorkerPool:
             _stop_resource_tracker()
 
     def _spawn(self) -> Worker:
+        self.spawned += 1
         if self.zygote is not None:
             return self._forked(self.zygote)
-        ctx = multiprocessing.get_context("spawn")
-        channel, theirs = ctx.Pipe(duplex=True)
-        out_r, out_w = ctx.Pipe(duplex=False)
-        watch, their_watch = ctx.Pipe(duplex=True)
-        process = ctx.Process(target=main, args=(self.setup, theirs, out_w, their_watch), daemon=True)
-        process.start()
-        for end in (theirs, out_w, their_watch):
-            end.close()
-        self.spawned += 1
-        return Worker(process, channel, out_r, watch)
+        return _spawned(self.setup)
+
+    def _told(self, worker: Worker) -> Worker:
+        """A worker spawned ahead, told the rest of its setup (:func:`spawn_ahead`).  One that died
+        meanwhile (its channel is closed) is found dead by :meth:`take` and replaced there."""
+        told = {"sandbox": self.setup.sandbox, "student": self.setup.student}
+        with contextlib.suppress(OSError):
+            worker.channel.send_bytes(json.dumps(told).encode())
+        return worker
 
     def _forked(self, zygote: Zygote) -> Worker:
         """A worker the zygote forks: it sends the worker's ends of the connections, and the write end
@@ -246,8 +275,21 @@ class WorkerPool:
             for end in (theirs, out_w, their_watch):
                 end.close()
             os.close(status_w)
-        self.spawned += 1
         return Worker(ForkedProcess(status_r), channel, out_r, watch, fresh=False)
+
+
+def _spawned(setup: WorkerSetup | RankSide) -> Worker:
+    """A fresh interpreter running :func:`portable_rank.main` on ``setup`` (a rank side alone: it waits
+    for the rest, :func:`spawn_ahead`)."""
+    ctx = multiprocessing.get_context("spawn")
+    channel, theirs = ctx.Pipe(duplex=True)
+    out_r, out_w = ctx.Pipe(duplex=False)
+    watch, their_watch = ctx.Pipe(duplex=True)
+    process = ctx.Process(target=main, args=(setup, theirs, out_w, their_watch), daemon=True)
+    process.start()
+    for end in (theirs, out_w, their_watch):
+        end.close()
+    return Worker(process, channel, out_r, watch)
 
 
 def _stop_resource_tracker() -> None:

@@ -79,12 +79,20 @@ class WatchedStatus:
         return self.state, self.seq, self.text
 
 
-def main(setup: WorkerSetup, channel: Any, output: Any, watch: Any) -> None:
+def main(setup: WorkerSetup | RankSide, channel: Any, output: Any, watch: Any) -> None:
     """The spawned rank's entry point (``multiprocessing`` calls it).  Ends with ``os._exit``: the
-    exit status says nothing but "it ended"."""
+    exit status says nothing but "it ended".  A worker spawned ahead of its grading (by a spare
+    session host, ``portable.spawn_ahead``) is given only the pack's rank side: it imports what every
+    rank does, then waits for the rest of its setup, the grading's sandbox and student settings, as the
+    first message on its channel (``portable.WorkerPool``)."""
     code = 1
     try:
         _redirect_output(output)
+        side = setup if isinstance(setup, RankSide) else setup.side
+        _preload(side)
+        if isinstance(setup, RankSide):
+            told = json.loads(channel.recv_bytes(MAX_CONTROL_FRAME))
+            setup = WorkerSetup(str(told["sandbox"]), side, dict(told["student"]))
         _serve(setup, channel, watch)
         code = 0
     except BaseException:  # reported on the rank's output; the session sees only that it ended
@@ -148,22 +156,32 @@ def _watchdog(watch: Any, status: WatchedStatus, dump: Any) -> None:
             return
 
 
-def _serve(setup: WorkerSetup, channel: Any, watch: Any) -> None:
-    sys.path[:0] = list(setup.side.path)
+def _preload(side: RankSide) -> None:
+    """What every rank of the pack imports before any grading: torch, the runtime's and the pack's rank
+    side, and the guard's and audit hook's tables."""
+    sys.path[:0] = list(side.path)
     import importlib
 
     import torch
-    import torch.distributed as dist
+    import torch.distributed  # imported here, where the worker waits; _serve uses it
 
     torch.set_num_threads(1)
-    for module in setup.side.modules:  # the runtime's, then the pack's bodies
+    for module in side.modules:  # the runtime's, then the pack's bodies
         importlib.import_module(module)
+    from grader.runtimes.torchdist import rank
+    from grader.sandbox import audit
+
+    audit.preload(side.bodies)
+    rank.preload()
+
+
+def _serve(setup: WorkerSetup, channel: Any, watch: Any) -> None:
+    import torch.distributed as dist
+
     bodies = sys.modules[setup.side.bodies]
     from grader.runtimes.torchdist import guard, rank
     from grader.sandbox import audit, wire
 
-    audit.preload(setup.side.bodies)
-    rank.preload()
     status = WatchedStatus()
     dump = tempfile.TemporaryFile()  # noqa: SIM115 - the watchdog's, for the process's life
     threading.Thread(target=_watchdog, args=(watch, status, dump), daemon=True, name="grader-watchdog").start()
