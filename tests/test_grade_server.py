@@ -164,3 +164,44 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_a_grade_server_that_dies_under_a_grade_costs_that_student_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The forked grade dies with its server (PDEATHSIG): that student is graded again from nothing, by a
+    server started in the dead one's place, and the batch goes on warm."""
+    import threading
+
+    from grader.matrix.warm import KeptServer
+
+    kept: list[KeptServer[GradeServer]] = []
+
+    class Recorded(KeptServer[GradeServer]):
+        def __init__(self, start: object) -> None:
+            super().__init__(start)  # type: ignore[arg-type]
+            if start == GradeServer.start_here:
+                kept.append(self)
+
+    def kill_once_it_grades(stop: threading.Event) -> None:
+        while not stop.is_set():
+            server = kept[0].live() if kept else None
+            if server is not None and descendants(server.pid):
+                os.kill(server.pid, signal.SIGKILL)
+                return
+            time.sleep(0.01)
+
+    monkeypatch.setattr("grader.matrix.warm.KeptServer", Recorded)
+    roster = tmp_path / "roster"
+    for name in ("ann", "ben"):
+        shutil.copytree(TOY / "submission", roster / name)
+    stop = threading.Event()
+    killer = threading.Thread(target=kill_once_it_grades, args=(stop,))
+    killer.start()
+    try:
+        rows = run_batch(roster, tmp_path / "out", rubric=RUBRIC, jobs=1, progress=io.StringIO())
+    finally:
+        stop.set()
+        killer.join()
+    assert [(row.student, row.status, row.total) for row in rows] == [("ann", "graded", 10.0), ("ben", "graded", 10.0)]
+    assert kept[0].started == 2  # the one killed under ann's grade, and the one that graded her and ben

@@ -49,6 +49,7 @@ from grader.batch.roster import Student
 from grader.batch.workers import BatchStop, Grader, Outcome, grade_argv, start_grade, wait_grade
 from grader.errors import UserError
 from grader.gradebook import GRADER_ERROR
+from grader.matrix.warm import died_with_server
 
 if TYPE_CHECKING:  # imported where used: the copy check is an optional extra (copydetect)
     from grader.similarity.check import Fingerprinted
@@ -170,9 +171,11 @@ def grade_on_worker(task: GradeTask) -> GradeReply:
 
             hosts, grades = worker_servers()
         with (work / "grade.log").open("wb") as log:
-            outcome = wait_grade(start_grade(cmd, log, task.salt, hosts, grades), task.timeout)
+            proc = start_grade(cmd, log, task.salt, hosts, grades)
+        outcome = wait_grade(proc, task.timeout)
         outcome.seconds = round(time.monotonic() - start, 3)  # the grade's, not its wait in Dask's queue
-        if outcome.returncode in STOPPED_FROM_OUTSIDE:  # not the student's doing: graded again elsewhere
+        # not the student's doing (stopped from outside, or its grade server died under it): graded again
+        if outcome.returncode in STOPPED_FROM_OUTSIDE or died_with_server(proc):
             return GradeReply(lost=f"the grade on {socket.gethostname()} was stopped (exit {outcome.returncode})")
         os.replace(work / "grade.log", graded / "grade.log")
         found = b""

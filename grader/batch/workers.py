@@ -28,6 +28,7 @@ from grader.batch.roster import Student
 from grader.errors import UserError, environment_fault
 from grader.gradebook import CACHE_UNTRUSTED, EMPTY, GRADED, GRADER_ERROR, NO_SUBMISSION, TIMEOUT, UNREADABLE
 from grader.matrix.host import lend_server
+from grader.matrix.warm import died_with_server
 from grader.render.outputs import write_text
 from grader.results import GradeResult, TimeSource
 from grader.rubric import Rubric
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from grader.matrix.warm import HostServer, KeptServer
 
 KILL_GRACE_S = 10.0  # between SIGINT and SIGKILL when a grade is ended
+GRADE_ATTEMPTS = 2  # starts of one student's grade: a grade server that dies under one costs one
 LOG_TAIL = 2000  # characters of grade.log quoted as the message of a failed grade
 GRADED_DIR = "graded"  # in a student's directory: what `grader grade --out` wrote, the cache
 OUTCOME_FILE = "batch-outcome.json"
@@ -160,16 +162,22 @@ class Grader:
         log_path = graded.parent.with_name(graded.parent.name + ".log")
         options = [*self.options, *(["--rubric", str(self.rubric_file)] if self.rubric_file else [])]
         cmd = grade_argv(self.command, student.source, graded, options, student.submitted_at)
-        with log_path.open("wb") as log, self._lock:
-            if self._stopping:
-                raise KeyboardInterrupt
-            proc = start_grade(cmd, log, self.salt, _live(self.hosts), _live(self.grades))
-            self._running[proc.pid] = proc
-        try:
-            outcome = wait_grade(proc, self.timeout)
-        finally:
-            with self._lock:
-                self._running.pop(proc.pid, None)
+        for attempt in range(1, GRADE_ATTEMPTS + 1):
+            with log_path.open("wb") as log, self._lock:
+                if self._stopping:
+                    raise KeyboardInterrupt
+                proc = start_grade(cmd, log, self.salt, _live(self.hosts), _live(self.grades))
+                self._running[proc.pid] = proc
+            try:
+                outcome = wait_grade(proc, self.timeout)
+            finally:
+                with self._lock:
+                    self._running.pop(proc.pid, None)
+            if not died_with_server(proc) or attempt == GRADE_ATTEMPTS or self._stopping:
+                break
+            # its grade server died under it, and the grade with it: graded again from nothing
+            shutil.rmtree(graded)
+            graded.mkdir()
         os.replace(log_path, graded / "grade.log")
         if self._stopping:  # killed by stop(): leave nothing behind that looks like a verdict
             raise KeyboardInterrupt

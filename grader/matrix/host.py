@@ -183,11 +183,11 @@ class Host:
         return self.proc
 
     def lost(self) -> bool:
-        """Whether a host server forked this host and has died since: the host died with it (PDEATHSIG),
-        so however its session ended, that was the grader's doing, not the submission's."""
-        from grader.matrix.warm import ServedProcess
+        """Whether a host server forked this host and died before the host ended: the host died with it
+        (PDEATHSIG), so however its session ended, that was the grader's doing, not the submission's."""
+        from grader.matrix.warm import died_with_server
 
-        return isinstance(self.proc, ServedProcess) and not self.proc.server.alive()
+        return died_with_server(self.proc)
 
     def close(self) -> None:
         """End a host the grading did not use (or whose session ended) and forget its output."""

@@ -54,6 +54,7 @@ class ServedProcess:
         self.pid = pid
         self.args = [server.module, f"forked by {server.pid}"]
         self.returncode: int | None = None  # set by the server's reader (ForkServer._read), for every waiter
+        self.lost = False  # the server died before it could report this process's end, which killed it
         self.server = server
 
     def poll(self) -> int | None:
@@ -72,6 +73,12 @@ class ServedProcess:
 
 
 _S = TypeVar("_S", bound="ForkServer")
+
+
+def died_with_server(proc: object) -> bool:
+    """Whether ``proc`` is a process a server forked and that server died before it could report the
+    process's end: the process was killed with it (PDEATHSIG), through nobody's doing but the grader's."""
+    return isinstance(proc, ServedProcess) and proc.lost
 
 
 class ForkServer:
@@ -151,7 +158,7 @@ class ForkServer:
             self._state.wait_for(lambda: child.returncode is not None or self._gone, timeout)
             if child.returncode is None and not self.alive():
                 # a dead server's children are killed with it, though its socket may not have said so yet
-                child.returncode = -signal.SIGKILL
+                child.returncode, child.lost = -signal.SIGKILL, True
             return child.returncode
 
     def close(self) -> None:
