@@ -21,6 +21,7 @@ import argparse
 import importlib
 import json
 import os
+import runpy
 import signal
 import socket
 import sys
@@ -85,7 +86,7 @@ class GradeServer(warm.ForkServer):
 
 def _become_grade(control: int, *lent: int) -> None:
     """The forked child: read the grade's command line, environment and directory, then run it as
-    ``python -m grader`` would.  ``lent``: its connection to the batch's host server, which its
+    ``python -m grader`` does.  ``lent``: its connection to the batch's host server, which its
     environment names by the number it had in the batch (:meth:`HostServer.renumbered`)."""
     with os.fdopen(control, "rb") as pipe:
         data = pipe.read(MAX_REQUEST + 1)
@@ -98,11 +99,8 @@ def _become_grade(control: int, *lent: int) -> None:
     os.environ.clear()
     os.environ.update(env)
     os.chdir(request["cwd"])
-    argv = [str(a) for a in request["argv"]]
-    sys.argv = [sys.argv[0], *argv]
-    from grader import cli
-
-    raise SystemExit(cli.main(argv))
+    sys.argv = [sys.argv[0], *(str(a) for a in request["argv"])]
+    runpy.run_module("grader", run_name="__main__", alter_sys=True)  # exits, with the command's status
 
 
 def main() -> None:
