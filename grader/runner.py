@@ -7,8 +7,9 @@ kills the session anyway, the case it was running is recorded as a crash and a n
 picks up the remaining cases; the rounds' JUnit files are merged into one.  A session that ends
 before any case handed the submission's code to its ranks (the ledger says so, not the ranks) is
 the grader's own failure: :class:`SessionFailed`, never a verdict charged to the submission; so
-is a session whose host died with the host server that forked it, and every case runs again
-(:class:`HostLost`).
+is a session whose host died with the host server that forked it, or that stopped deciding cases
+for longer than any of its own waits can last (a hung host), and every case runs again
+(:class:`HostLost`, :class:`HostStalled`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from junitparser import Failure, JUnitXml, Properties, Property, TestCase, TestS
 
 from grader import runtimes
 from grader.errors import GraderError
+from grader.limits import Limits
 from grader.matrix import timeline
 from grader.matrix.host import Host, HostProcess, Preface
 from grader.matrix.plugin import CONFIG_ENV, PARENT_ENV, STARTED, MatrixConfig
@@ -70,8 +72,29 @@ class HostLost(SessionFailed):
     :class:`SessionFailed`: the grader's failure) through only at the :data:`HOST_ATTEMPTS`-th."""
 
 
-#: Starts of every case in one grading: each host lost with its server (HostLost) costs one
+class HostStalled(HostLost):
+    """A session wrote no ledger line for longer than :func:`stall_after_s`: every wait a session makes
+    between two lines (a group's start, a case's run) ends at its own limit, so a silence longer than all
+    of them together is the host's hang, not the submission's.  The session is killed and every case
+    runs again, as for a lost host; at the last attempt this is the grader's failure (a
+    :class:`SessionFailed`), never cases charged as ``not_run``."""
+
+
+#: Starts of every case in one grading: each host lost with its server (HostLost) or hung costs one
 HOST_ATTEMPTS = 2
+#: How often a waiting runner looks at the ledger's size (the stall watch costs one stat a poll)
+STALL_POLL_S = 1.0
+
+
+def stall_after_s(limits: dict[str, Any]) -> float:
+    """The longest a session may go without a ledger line: twice everything it may wait on between two
+    lines (a group's start, then the import probe, the calibration and a case of two steps, each at most
+    ``case_timeout_s``), and the time a spawned worker may still spend importing torch (``SPAWN_S``).
+    300 s with the default limits: a loaded machine slows a session down, never by this much."""
+    from grader.runtimes.torchdist.portable import SPAWN_S
+
+    given = Limits(**limits)  # the session's own reading of them (MatrixConfig.limits)
+    return 2 * (given.start_timeout_s + 4 * given.case_timeout_s) + SPAWN_S
 
 
 @dataclass(frozen=True)
@@ -142,7 +165,9 @@ def run_matrix(
         )
         remaining = total_timeout_s - (time.monotonic() - start.began)
         try:
-            code, start.log = _session(config, assignment, preface, workdir, junit, remaining, session_host)
+            code, start.log = _session(
+                config, assignment, preface, workdir, junit, remaining, session_host, stall_after_s(limits)
+            )
         except HostLost as exc:
             if start.number == HOST_ATTEMPTS:
                 raise
@@ -221,10 +246,12 @@ def _session(
     junit: Path,
     timeout_s: float,
     host: Host,
+    stall_s: float,
 ) -> tuple[int, str]:
     """Run one session in ``host`` and return its exit status and the tail of its output.  The host
     forks the zygote first (wherever the Linux sandbox is built, and for the portable runtime on
-    Linux), or spawns workers (the portable runtime on macOS and Windows)."""
+    Linux), or spawns workers (the portable runtime on macOS and Windows).  A session whose ledger
+    stays still for ``stall_s`` is ended (:class:`HostStalled`)."""
     home = workdir / "session"
     home.mkdir(exist_ok=True)
     ini = home / "pytest.ini"
@@ -273,9 +300,15 @@ def _session(
         host.preload(preface)
         proc, log = host.begin(args, {**env, PARENT_ENV: str(host.parent)}, str(home)), host.log
         try:
-            code = _wait(proc, max(timeout_s, 1.0))
+            code = _wait(proc, max(timeout_s, 1.0), Path(config.ledger), stall_s)
         except subprocess.TimeoutExpired:
             code = _stop(proc)
+        except _Stalled:
+            code = _stop(proc)
+            raise HostStalled(
+                f"the session decided no case for {stall_s:g} s, longer than all its waits (exit status {code})",
+                _tail(log, 4000),
+            ) from None
         except BaseException:  # SIGTERM or Ctrl-C of the grader: the session ends first
             _stop(proc)
             raise
@@ -286,24 +319,46 @@ def _session(
         return code, _tail(log, 20000)
 
 
-def _wait(proc: HostProcess, timeout_s: float) -> int:
-    """``proc.wait(timeout_s)``, woken by the session's exit itself where Linux gives a pidfd.
+class _Stalled(Exception):
+    """The ledger stayed still for the stall limit (:func:`_wait`)."""
+
+
+def _wait(proc: HostProcess, timeout_s: float, ledger: Path, stall_s: float) -> int:
+    """``proc.wait(timeout_s)``, woken by the session's exit itself where Linux gives a pidfd, and
+    looking at the ledger every :data:`STALL_POLL_S`: :class:`_Stalled` once it has not grown for
+    ``stall_s``.
 
     Popen's own wait with a timeout sleeps in steps that grow to 50 ms, so the grading saw its
     session end 25 ms late on average (issue 23).  Elsewhere (macOS, Windows) it is Popen's wait.
     """
+    deadline = time.monotonic() + timeout_s
+    size, still_since = -1, time.monotonic()
     try:
-        fd = os.pidfd_open(proc.pid)
+        fd: int | None = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):  # not Linux, or a kernel before 5.3
-        return proc.wait(timeout=timeout_s)
+        fd = None
     try:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        if not poller.poll(timeout_s * 1000):
-            raise subprocess.TimeoutExpired(proc.args, timeout_s)
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                raise subprocess.TimeoutExpired(proc.args, timeout_s)
+            grown = ledger.stat().st_size  # _Start made it
+            if grown != size:
+                size, still_since = grown, now
+            elif now - still_since >= stall_s:
+                raise _Stalled
+            step = min(STALL_POLL_S, deadline - now, still_since + stall_s - now)
+            if fd is None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    return proc.wait(timeout=step)
+                continue
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            if poller.poll(step * 1000):
+                return proc.wait(timeout=timeout_s)
     finally:
-        os.close(fd)
-    return proc.wait(timeout=timeout_s)
+        if fd is not None:
+            os.close(fd)
 
 
 def _tail(log: IO[bytes], size: int) -> str:
@@ -314,13 +369,15 @@ def _tail(log: IO[bytes], size: int) -> str:
 
 def _stop(proc: HostProcess) -> int:
     """End the session: SIGTERM lets it close its groups (namespaces, cgroups, files), then SIGKILL.
-    Whatever it leaves dies with it: the zygote and every group's leader have it as PDEATHSIG."""
+    Whatever it leaves dies with it: the zygote and every group's leader have it as PDEATHSIG.  SIGCONT
+    follows SIGTERM: a stopped session (a hung host, ``HostStalled``) handles it only once it runs."""
     if not hasattr(os, "killpg"):  # Windows: no process group; the session's ranks watch it and exit
         proc.kill()
         return proc.wait()
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
+            os.killpg(proc.pid, signal.SIGCONT)
         try:
             return proc.wait(timeout=STOP_GRACE_S)
         except subprocess.TimeoutExpired:

@@ -101,6 +101,31 @@ def test_a_dead_server_is_replaced_and_costs_no_grade(started: list[Host]) -> No
         assert replacement != server
 
 
+def test_a_server_that_stops_answering_is_ended_and_its_gradings_start_cold(
+    started: list[Host], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hung server (SIGSTOP: it reads no request, not even a hang-up) would hang every grading that asks
+    it for a host.  The one that asks waits ``warm.FORK_REPLY_S``, kills it and starts cold; the next
+    grading forks from a new server (which may take its time to start: the limit is the real one again)."""
+    from grader.matrix import warm
+
+    alone = grade(TOY / "submission", RUBRIC).score
+    with keep_spare():
+        grade(TOY / "submission", RUBRIC)
+        (server,) = _servers()
+        real = warm.FORK_REPLY_S
+        monkeypatch.setattr(warm, "FORK_REPLY_S", 1.0)  # the server has started: it answers in milliseconds
+        os.kill(server, signal.SIGSTOP)
+        hung = grade(TOY / "submission", RUBRIC)  # takes the spare; the next one's fork finds the server hung
+        assert not _running(server)
+        assert started[-1].parent == os.getpid()  # that spare was started cold
+        monkeypatch.setattr(warm, "FORK_REPLY_S", real)
+        assert grade(TOY / "submission", RUBRIC).score == hung.score == alone
+        (replacement,) = _servers()
+        assert replacement != server
+        assert started[-1].parent == replacement
+
+
 CHILD = """
 import sys, time
 from grader.matrix.host import Host, attach_server

@@ -19,7 +19,9 @@ status without being its parent (:class:`ServedProcess`).
 A server that dies takes its hosts with it, so a session it served ends mid-grading through no doing
 of the submission: the runner grades that submission again from the start (``runner.HostLost``), and a
 process that keeps a server for many gradings (:class:`KeptServer`: a batch, a Dask worker) starts a
-new one for the next.  Every server is started from one thread that lives as long as the process
+new one for the next.  A server that does not answer a request within :data:`FORK_REPLY_S` is hung: it
+is killed (its hosts with it, graded again the same way) and the grading that asked starts cold.  Every
+server is started from one thread that lives as long as the process
 (:func:`_starter`): PDEATHSIG follows the thread that forked, and a server started on a batch's pool
 thread or a Dask task's would die with that thread.
 """
@@ -42,6 +44,10 @@ from typing import IO, Any, Generic, TypeVar
 
 #: Bytes of one reply from the server: ``{"pid": N}`` to a request, ``{"exit": N, "code": C}`` when one ends.
 REPLY_SIZE = 256
+#: Seconds a server has to answer a fork: it forks and waits for the child's ``setsid`` (milliseconds),
+#: after its own start (a torch import: seconds) for its first; one silent this long is hung, and
+#: waiting longer would hang the grading
+FORK_REPLY_S = 60.0
 
 
 class ServedProcess:
@@ -139,16 +145,21 @@ class ForkServer:
 
     def fork(self, control: int, log: IO[bytes], *extra: int) -> ServedProcess | None:
         """A new child reading ``control``, writing ``log`` and handed ``extra`` descriptors; None when
-        the server is gone (the caller starts its process cold)."""
+        the server is gone or hung (the caller starts its process cold).  A hung server is killed here,
+        so that whoever keeps it (:class:`KeptServer`) starts another."""
         with self._request:
             try:
                 socket.send_fds(self._sock, [b"fork"], [control, log.fileno(), *extra])
             except OSError:
                 return None
             with self._state:
-                while not self._forked and not self._gone:
-                    self._state.wait()
-                return self._forked.pop(0) if self._forked else None
+                if self._state.wait_for(lambda: self._forked or self._gone, FORK_REPLY_S):
+                    return self._forked.pop(0) if self._forked else None
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)  # not a connection's close: a hung server reads none
+            with self._state:
+                self._state.wait_for(lambda: self._gone, FORK_REPLY_S)  # its socket closes as it dies
+            return None
 
     def ended(self, child: ServedProcess, timeout: float | None) -> int | None:
         """How ``child`` ended, waiting up to ``timeout`` seconds (None: for ever); None if it has not.
