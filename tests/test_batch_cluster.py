@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -365,6 +366,65 @@ def test_each_worker_keeps_a_host_server_its_grades_fork_their_hosts_from_until_
     while not all(_zombie(server) for server in servers.values()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert all(_zombie(server) for server in servers.values())
+
+
+def _grade_servers() -> list[int]:
+    """Every grade server on the machine (``python -m grader.batch.grade_server --serve``): a worker's."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"grader.batch.grade_server" in argv and b"--serve" in argv:
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.slow
+def test_a_grade_whose_grade_server_dies_under_it_on_a_worker_is_graded_again(tmp_path, monkeypatch):
+    """A warm worker forks each grade from its grade server, and the grade dies with it (PDEATHSIG): the
+    worker answers that the grade was lost, not a grade of nothing, and the student is graded again."""
+    from grader.batch import run_batch
+    from grader.batch.cluster import ClusterGrader
+    from tests.processes import descendants
+    from tests.test_spare_host import RUBRIC, TOY
+
+    roster = tmp_path / "roster"
+    for name in ("ann", "ben"):
+        shutil.copytree(TOY / "submission", roster / name)
+    replies: list[str] = []
+    submit = ClusterGrader._submit
+
+    def recorded(self, student):
+        reply = submit(self, student)
+        replies.append(reply.lost)
+        return reply
+
+    monkeypatch.setattr(ClusterGrader, "_submit", recorded)
+    killed: list[int] = []
+    stop = threading.Event()
+
+    def kill_once_it_grades() -> None:
+        while not stop.is_set():
+            for server in _grade_servers():
+                if descendants(server):  # a grade forked, mid-way
+                    os.kill(server, signal.SIGKILL)
+                    killed.append(server)
+                    return
+            time.sleep(0.01)
+
+    killer = threading.Thread(target=kill_once_it_grades)
+    killer.start()
+    try:
+        rows = run_batch(roster, tmp_path / "out", rubric=RUBRIC, cluster="local:2", progress=StringIO())
+    finally:
+        stop.set()
+        killer.join()
+    assert killed
+    assert [(row.student, row.status, row.total) for row in rows] == [("ann", "graded", 10.0), ("ben", "graded", 10.0)]
+    assert len(replies) == 3 and sum(bool(lost) for lost in replies) == 1, replies
+    assert "was stopped" in next(lost for lost in replies if lost)
 
 
 def _timeless(out: Path, student: str) -> dict:
