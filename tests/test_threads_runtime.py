@@ -169,3 +169,29 @@ def test_an_exception_a_thread_pool_keeps_in_a_future_is_still_the_students() ->
             harness.run([driver], order=[0], timeout_s=30, sandbox=HERE, failures=failures)
     finally:
         barrier.abort()
+
+
+def test_the_harness_reads_other_threads_frames_with_the_collector_paused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A collection inside ``sys._current_frames()`` can deadlock it against a thread being started
+    (python/cpython#106883; an HW12 case hung for its budget 1 grading in 10 under contention): the
+    harness polls frames only with the collector off, and leaves it as it found it."""
+    import gc
+    import sys
+
+    seen: list[bool] = []
+    frames = sys._current_frames
+
+    def recorded() -> dict:
+        seen.append(gc.isenabled())
+        return frames()
+
+    monkeypatch.setattr(sys, "_current_frames", recorded)
+    barrier = threading.Barrier(3)
+    for collecting in (True, False):
+        (gc.enable if collecting else gc.disable)()
+        try:
+            harness.run([barrier.wait] * 3, order=[2, 0, 1], timeout_s=10, sandbox=HERE)
+            assert gc.isenabled() is collecting
+        finally:
+            gc.enable()
+    assert seen and not any(seen)

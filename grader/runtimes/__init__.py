@@ -11,6 +11,10 @@ ranks in processes of their own behind a trusted context, on torchdist's process
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import FrameType
 
@@ -26,6 +30,29 @@ class BadReturn(Exception):
 class StuckThreads(Exception):
     """Student threads that never finished (a deadlock, a thread left running, the case's time): raised
     by the threads runtime's harness, the case's ``hang`` verdict with this message."""
+
+
+_PAUSE = threading.Lock()  # one pause at a time: two threads' enable and disable would interleave
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Run a ``sys._current_frames()`` with the garbage collector off, as later CPython releases do
+    inside the call (python/cpython#106883): a collection inside it can run Python code that lets go
+    of the GIL while the call holds the runtime's lock on the thread list, and a thread being started
+    then (``Thread.start``, GIL held) waits for that lock: both wait for ever.  Seen here on 3.11.7: an
+    HW12 case whose threads watch each other's frames hung for its whole budget (a ``hang`` where the
+    student's code crashes) in about 1 grading of 10 under CPU contention.  It yields nothing, so the
+    frames stay behind the audit hook's rule (``grader.sandbox.audit``); a collector the student turned
+    off stays off."""
+    with _PAUSE:
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            yield
+        finally:
+            if enabled:
+                gc.enable()
 
 
 #: The runtimes this grader has -> what each puts in a rank before its pack's bodies.  Every runtime runs

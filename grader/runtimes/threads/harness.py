@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from grader.runtimes import OUTSIDE, StuckThreads, student_line
+from grader.runtimes import OUTSIDE, StuckThreads, collector_paused, student_line
 
 DEADLOCK_S = 1.5  # unchanged lines and no CPU for this long: a deadlock
 POLL_S = 0.05
@@ -162,14 +162,16 @@ def _wait(
 
 
 def _blocked(thread: threading.Thread) -> bool:
-    frame = sys._current_frames().get(thread.ident or -1)
+    with collector_paused():
+        frame = sys._current_frames().get(thread.ident or -1)
     return frame is not None and frame.f_code.co_filename == threading.__file__
 
 
 def _where(thread: threading.Thread, sandbox: str) -> str:
     """Where the thread is: ``at hw12.ipynb, cell 3:27 in all_gather (waiting in wait)``, its innermost
     line of student code."""
-    frame = sys._current_frames().get(thread.ident or -1)
+    with collector_paused():
+        frame = sys._current_frames().get(thread.ident or -1)
     waiting = ""
     if frame is not None and frame.f_code.co_filename == threading.__file__:
         inner = frame

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from grader.runtimes import OUTSIDE, BadReturn, StuckThreads, student_line
+from grader.runtimes import OUTSIDE, BadReturn, StuckThreads, collector_paused, student_line
 from grader.runtimes.torchdist import guard, replies
 from grader.runtimes.torchdist.torchrun_env import torchrun_env
 from grader.sandbox import audit, descriptors, isolation, reaping, syscalls, wire
@@ -389,7 +389,8 @@ def _run_case(frame: wire.Frame, student: Student, rank_guard: guard.Guard, setu
     nodes, per_node = head.get("layout") or (1, setup.world_size)
     os.environ.update(torchrun_env(setup.rank, int(nodes), int(per_node)))  # before the import: it may read them
     tensors: dict[str, torch.Tensor] = {}
-    threads = set(sys._current_frames())
+    with collector_paused():
+        threads = set(sys._current_frames())
     try:
         if head.get("module"):  # the session names the student module the case needs
             student.module(str(head["module"]))
@@ -417,7 +418,9 @@ def _threads_since(before: set[int], sandbox: str) -> list[str]:
     names say which they are, and whether one runs the student's code (only such a one is charged)."""
     names = {t.ident: t.name for t in threading.enumerate()}
     left = []
-    for ident, frame in sys._current_frames().items():
+    with collector_paused():
+        frames = sys._current_frames()
+    for ident, frame in frames.items():
         if ident not in before:
             where = student_line(frame, sandbox) or OUTSIDE
             left.append(f"{names.get(ident, 'a thread')!r} {where}")
