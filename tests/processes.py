@@ -24,6 +24,19 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def cases_decided(pid: int) -> int:
+    """How many cases the matrix session ``pid`` has decided: a session's cwd is its grading's
+    ``matrix/session``, beside the ledger it writes a verdict line per case to.  0 for any other
+    process, or one that is gone."""
+    try:
+        cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+        if cwd.name != "session":
+            return 0
+        return (cwd.parent / "ledger.jsonl").read_text().count('"verdict"')
+    except OSError:
+        return 0
+
+
 def other_test_processes() -> set[int]:
     """Processes another pytest-xdist worker of this run started (its worker and everything below it):
     a test that looks at the whole machine while the suite runs on several workers leaves them out."""

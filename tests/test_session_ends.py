@@ -31,7 +31,7 @@ from grader.packs.a9 import catalog
 from grader.pipeline import grade
 from grader.results import GradeResult
 from grader.salt import SALT_ENV
-from tests.processes import descendants
+from tests.processes import cases_decided, descendants
 
 ROOT = Path(__file__).resolve().parent.parent
 ONLY = [name for name in catalog.all_case_ids() if name.startswith("test_allreduce[ws2-")][:2]
@@ -102,16 +102,11 @@ def test_the_stall_limit_outlasts_every_wait_a_session_makes_between_two_cases()
 
 
 def _stop_once_a_session_decided_a_case(stopped: list[int], done: threading.Event) -> None:
-    """SIGSTOP the first session (a host whose cwd is its grading's ``matrix/session``) once its ledger has
-    a verdict: from then on it decides nothing, as a hung host would."""
+    """SIGSTOP the first session once it has decided a case: from then on it decides nothing, as a hung
+    host would."""
     while not done.is_set():
         for pid in descendants(os.getpid()):
-            try:
-                cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
-                decided = cwd.name == "session" and '"verdict"' in (cwd.parent / "ledger.jsonl").read_text()
-            except OSError:
-                continue
-            if decided:
+            if cases_decided(pid):
                 os.kill(pid, signal.SIGSTOP)
                 stopped.append(pid)
                 return

@@ -28,7 +28,7 @@ from grader.matrix.warm import HostServer
 from grader.pipeline import grade
 from grader.runtimes.torchdist.zygote import scrubbed_environment
 from grader.salt import SALT_ENV
-from tests.processes import descendants, listdir
+from tests.processes import cases_decided, descendants, listdir
 from tests.test_spare_host import RUBRIC, TOY, no_outer_spare, pytestmark
 from tests.test_zygote import _memory_holds
 
@@ -201,17 +201,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _kill_once_a_session_decided_a_case(server: int, killed: list[int], stop: threading.Event) -> None:
-    """SIGKILL ``server`` once a session whose host it forked has decided a case and has cases left: a
-    host's cwd is its grading's ``matrix/session``, beside the ledger the session writes a line per case
-    to.  Records how many lines the ledger had."""
+    """SIGKILL ``server`` once a session whose host it forked has decided a case and has cases left.
+    Records how many cases it had decided."""
     while not stop.is_set():
         for pid in (int(p) for task in listdir(f"/proc/{server}/task") for p in _children(server, task)):
-            try:
-                cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
-                decided = (cwd.parent / "ledger.jsonl").read_text().count('"verdict"')
-            except OSError:
-                continue
-            if cwd.name == "session" and decided:
+            decided = cases_decided(pid)
+            if decided:
                 os.kill(server, signal.SIGKILL)
                 killed.append(decided)
                 return
