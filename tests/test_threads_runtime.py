@@ -195,3 +195,63 @@ def test_the_harness_reads_other_threads_frames_with_the_collector_paused(monkey
         finally:
             gc.enable()
     assert seen and not any(seen)
+
+
+def test_of_several_threads_that_raise_the_lowest_numbered_ones_exception_is_the_cases() -> None:
+    """Thread 1 raises first in time, thread 0 50 ms later: the case reports thread 0's, whatever came
+    first (in the handout's template thread 0's ``KeyError`` and the others' ``None`` race)."""
+    barrier = threading.Barrier(2)
+
+    def work(i: int) -> None:
+        barrier.wait()
+        if i == 0:
+            time.sleep(0.05)
+            raise KeyError("thread 0")
+        raise ValueError("thread 1")
+
+    for order in ([0, 1], [1, 0]):
+        with pytest.raises(KeyError, match="thread 0"):
+            harness.run([lambda i=i: work(i) for i in range(2)], order=order, timeout_s=10, sandbox=HERE)
+
+
+def test_a_broken_barrier_is_reported_after_the_exception_that_broke_it() -> None:
+    """Thread 1 aborts the barrier thread 0 waits at and raises 100 ms later: thread 0's
+    ``BrokenBarrierError``, first in time and the lower thread, is the consequence; thread 1's is the case's."""
+    barrier = threading.Barrier(2)
+
+    def work(i: int) -> None:
+        if i == 0:
+            barrier.wait()
+        barrier.abort()
+        time.sleep(0.1)
+        raise ValueError("thread 1 broke it")
+
+    with pytest.raises(ValueError, match="thread 1 broke it"):
+        harness.run([lambda i=i: work(i) for i in range(2)], order=[0, 1], timeout_s=10, sandbox=HERE)
+
+
+def test_a_thread_that_raises_before_the_next_begins_does_not_stop_the_next_from_raising() -> None:
+    """Thread 1 arrives first and raises at once; thread 0, which would begin only then, raises too and is
+    the lower thread: the case reports it, as it would had both begun together."""
+
+    def work(i: int) -> None:
+        raise KeyError("thread 0") if i == 0 else ValueError("thread 1")
+
+    with pytest.raises(KeyError, match="thread 0"):
+        harness.run([lambda i=i: work(i) for i in range(2)], order=[1, 0], timeout_s=10, sandbox=HERE)
+
+
+def test_a_thread_that_waits_in_threading_a_moment_before_it_raises_is_not_taken_for_one_that_waits_for_ever() -> None:
+    """Thread 1 raises at once; thread 0 is in ``threading`` (a timed wait of 20 ms, as a thread just let
+    through a barrier still is) and then raises: it is not counted as waiting for thread 1, and its
+    exception, the lower thread's, is the case's."""
+    pause = threading.Event()
+
+    def work(i: int) -> None:
+        if i == 0:
+            pause.wait(0.02)
+            raise KeyError("thread 0")
+        raise ValueError("thread 1")
+
+    with pytest.raises(KeyError, match="thread 0"):
+        harness.run([lambda i=i: work(i) for i in range(2)], order=[0, 1], timeout_s=10, sandbox=HERE)

@@ -7,7 +7,10 @@ between two gradings of one submission, and code that relies on arrival order sh
 
 - every thread finished: their results, in thread order;
 - a thread raised: that exception, re-raised on the case's thread with the student's line (a
-  ``BrokenBarrierError`` included), so it is the student's ``crash``;
+  ``BrokenBarrierError`` included), so it is the student's ``crash``.  Where several threads raised,
+  the lowest-numbered thread's, a ``BrokenBarrierError`` (another thread's failure seen at a barrier)
+  after every other (:func:`_first`): which raised first in time varies from run to run (the handout's
+  template: thread 0's ``KeyError`` or another's ``None``), and the verdict must not;
 - the unfinished threads sit on the same lines using no CPU for ``DEADLOCK_S`` (a barrier nobody
   else reaches, a lock never released), or the case's time runs out: :class:`~grader.runtimes.StuckThreads`, whose
   message names each stuck thread's line, and which the rank reports as ``hang``.
@@ -33,6 +36,7 @@ POLL_S = 0.05
 JOIN_S = 0.2
 STAGGER_S = 0.015  # at most between two threads' starts, in the seeded arrival order (see _settle)
 SETTLE_POLL_S = 0.0005
+RAISED_S = 0.1  # once a thread raised, the others still on one line in threading this long: they wait for it
 
 
 def run(
@@ -49,6 +53,7 @@ def run(
     before = set(threading.enumerate())
     results: list[Any] = [None] * len(work)
     errors: list[BaseException] = [] if failures is None else failures
+    raised_by: dict[int, int] = {}  # id of an exception a thread of ours raised -> that thread's index
     done = [False] * len(work)
     finished = threading.Event()  # every thread done (or one raised): no polling delay on the way out
 
@@ -67,6 +72,7 @@ def run(
             results[i] = work[i]()
         except BaseException as exc:  # the student's: re-raised on the case's thread below
             if exc not in errors:
+                raised_by[id(exc)] = i
                 errors.append(exc)
         finally:
             done[i] = True
@@ -77,9 +83,9 @@ def run(
     for t in threads:
         t.start()
     names = {t.ident: f"thread {i}" for i, t in zip(order, threads, strict=True)}
-    _wait(before, finished, done, errors, timeout_s, sandbox, names)
+    _wait(before, finished, done, errors, entered, timeout_s, sandbox, names)
     if errors:
-        raise errors[0]
+        raise _first(errors, raised_by)
     for t in threading.enumerate():
         if t not in before:
             t.join(timeout=JOIN_S)  # ours are past their work; a student's may be about to end
@@ -87,6 +93,18 @@ def run(
     if left:  # started by the student and never joined: it would run into the next case
         raise StuckThreads("a thread was left running after the case: " + _where_all(left, sandbox, names))
     return results
+
+
+def _first(errors: list[BaseException], raised_by: dict[int, int]) -> BaseException:
+    """The exception a case reports: the lowest-numbered thread's, a ``BrokenBarrierError`` after any
+    other.  One that a thread the work started raised (``failures``: a thread pool's) comes before the
+    work's own, which follows from it (the handout's driver re-raises it); among those, the first in
+    time, as the work's own code saw them (``min`` keeps the list's order among equals)."""
+
+    def rank(exc: BaseException) -> tuple[bool, int]:
+        return isinstance(exc, threading.BrokenBarrierError), raised_by.get(id(exc), -1)
+
+    return min(errors, key=rank)
 
 
 def _settle(before: threading.Thread, finished: Callable[[], bool], entered: threading.Event) -> None:
@@ -134,6 +152,7 @@ def _wait(
     finished: threading.Event,
     done: list[bool],
     errors: list[Any],
+    entered: list[threading.Event],
     timeout_s: float,
     sandbox: str,
     names: dict[int | None, str],
@@ -146,12 +165,16 @@ def _wait(
         finished.clear()
         now = time.monotonic()
         alive = [t for t in threading.enumerate() if t not in before and t.is_alive()]  # theirs too
-        if errors and all(_blocked(t) for t in alive):
-            return  # a thread raised and the rest wait for it: the exception is the cause
         lines = tuple(_where(t, sandbox) for t in alive)
         if lines != still:
             still, since, cpu_since = lines, now, time.process_time()
-        elif now - since > DEADLOCK_S and time.process_time() - cpu_since < 0.1 * (now - since):
+        if errors and all(e.is_set() for e in entered) and all(map(_blocked, alive)) and now - since >= RAISED_S:
+            # a thread raised and the rest wait for it: the exception is the cause.  Every thread has
+            # begun (one waiting its turn is in threading too) and has waited on one line for RAISED_S
+            # (one just let through a barrier is still in threading): each has raised or waits as its
+            # own code says, so which raised (``_first`` picks among them) does not depend on timing
+            return
+        if now - since > DEADLOCK_S and time.process_time() - cpu_since < 0.1 * (now - since):
             if errors:
                 return
             raise StuckThreads("deadlock, the threads wait for each other: " + _where_all(alive, sandbox, names))
