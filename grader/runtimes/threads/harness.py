@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from grader.runtimes import OUTSIDE, StuckThreads, collector_paused, student_line
@@ -165,10 +166,12 @@ def _wait(
         finished.clear()
         now = time.monotonic()
         alive = [t for t in threading.enumerate() if t not in before and t.is_alive()]  # theirs too
-        lines = tuple(_where(t, sandbox) for t in alive)
+        frames = _frames()  # one read per poll: every thread's line and whether it waits, at one moment
+        at = [frames.get(t.ident or -1) for t in alive]
+        lines = tuple(_where(frame, sandbox) for frame in at)
         if lines != still:
             still, since, cpu_since = lines, now, time.process_time()
-        if errors and all(e.is_set() for e in entered) and all(map(_blocked, alive)) and now - since >= RAISED_S:
+        if errors and all(e.is_set() for e in entered) and all(map(_in_threading, at)) and now - since >= RAISED_S:
             # a thread raised and the rest wait for it: the exception is the cause.  Every thread has
             # begun (one waiting its turn is in threading too) and has waited on one line for RAISED_S
             # (one just let through a barrier is still in threading): each has raised or waits as its
@@ -184,25 +187,31 @@ def _wait(
             raise StuckThreads(f"timed out after {timeout_s:.0f} s: " + _where_all(alive, sandbox, names))
 
 
-def _blocked(thread: threading.Thread) -> bool:
+def _frames() -> dict[int, FrameType]:
     with collector_paused():
-        frame = sys._current_frames().get(thread.ident or -1)
+        return sys._current_frames()
+
+
+def _in_threading(frame: FrameType | None) -> bool:
     return frame is not None and frame.f_code.co_filename == threading.__file__
 
 
-def _where(thread: threading.Thread, sandbox: str) -> str:
-    """Where the thread is: ``at hw12.ipynb, cell 3:27 in all_gather (waiting in wait)``, its innermost
-    line of student code."""
-    with collector_paused():
-        frame = sys._current_frames().get(thread.ident or -1)
+def _blocked(thread: threading.Thread) -> bool:
+    return _in_threading(_frames().get(thread.ident or -1))
+
+
+def _where(frame: FrameType | None, sandbox: str) -> str:
+    """Where a thread whose innermost frame is ``frame`` is: ``at hw12.ipynb, cell 3:27 in all_gather
+    (waiting in wait)``, its innermost line of student code."""
     waiting = ""
-    if frame is not None and frame.f_code.co_filename == threading.__file__:
+    if frame is not None and _in_threading(frame):
         inner = frame
-        while inner.f_back is not None and inner.f_back.f_code.co_filename == threading.__file__:
+        while inner.f_back is not None and _in_threading(inner.f_back):
             inner = inner.f_back
         waiting = f" (waiting in {inner.f_code.co_name})"
     return (student_line(frame, sandbox) or "is " + OUTSIDE) + waiting
 
 
 def _where_all(threads: list[threading.Thread], sandbox: str, names: dict[int | None, str]) -> str:
-    return "; ".join(f"{names.get(t.ident, t.name)} {_where(t, sandbox)}" for t in threads)
+    frames = _frames()
+    return "; ".join(f"{names.get(t.ident, t.name)} {_where(frames.get(t.ident or -1), sandbox)}" for t in threads)
