@@ -134,7 +134,24 @@ def build_parser() -> argparse.ArgumentParser:
     rescore.add_argument("--manual", type=Path, default=None, help="CSV or YAML of manual item scores, by dir name")
     rescore.add_argument("--deadline", default=None, help=f"overrides the rubric's deadline ({TIME_HELP})")
     add_seal_key(rescore)
+    add_submit_command(sub)
     return parser
+
+
+def add_submit_command(sub: Any) -> None:
+    """``grader submit [DIR] --server URL --assignment ID``: HEAD to the grading service (``grader.submit``)."""
+    from grader.submit import WAIT_S
+
+    submit = sub.add_parser("submit", help="hand HEAD to the course's grading service and show the grade of record")
+    submit.add_argument("dir", nargs="?", default=".", help="a directory of the git repository (default: .)")
+    submit.add_argument("--server", required=True, help="the service's URL, e.g. https://grader.example.edu")
+    submit.add_argument("--assignment", required=True, help="the assignment's id in the service's config")
+    submit.add_argument("--out", type=Path, default=None, help="write results.json, summary.md, ... here")
+    submit.add_argument("--no-wait", action="store_true", help="print the submission's page and exit once queued")
+    submit.add_argument(
+        "--audience", default=None, help="the OIDC audience asked of GitHub Actions (default: --server as given)"
+    )
+    submit.add_argument("--timeout", type=float, default=WAIT_S, help=f"seconds to wait for the grade ({WAIT_S:g})")
 
 
 def add_student_loop_options(grade: argparse.ArgumentParser) -> None:
@@ -340,6 +357,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from grader import rescore
 
         return rescore.main(args)
+    if args.command == "submit":
+        from grader import submit
+
+        return submit.main(args)
     raise AssertionError(args.command)
 
 

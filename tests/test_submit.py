@@ -1,0 +1,315 @@
+"""``grader submit``: the student's door onto the grading service.
+
+The client is checked here against a local HTTP server that speaks the service's API contract (POST a
+bundle, 202 with a receipt; GET the submission until it is final) and GitHub Actions' OIDC token protocol.
+The server records what it was sent, so each test reads what the client really put on the wire.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from grader import submit
+from grader.render.outputs import write_outputs
+from grader.results import GradeResult
+
+ROOT = Path(__file__).resolve().parents[1]
+GRADED = ROOT / "tests" / "fixtures" / "results" / "graded.json"
+SUBMISSION_ID = "s" * 32
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Student",
+    "GIT_AUTHOR_EMAIL": "s@example.edu",
+    "GIT_COMMITTER_NAME": "Student",
+    "GIT_COMMITTER_EMAIL": "s@example.edu",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+class Service:
+    """A local server playing the grading service and GitHub's token service, recording every request.
+
+    ``refuse`` (status, code) makes the POST answer that error; ``final`` is the submission's last status;
+    the first GET answers ``queued``, so the client must poll."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, dict[str, str], bytes]] = []
+        self.refuse: tuple[int, str] | None = None
+        self.final = "graded"
+        self.results: dict[str, Any] = json.loads(GRADED.read_text())
+        self.gets = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _answer(self, status: int, body: Any) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                outer.requests.append(("POST", self.path, dict(self.headers), body))
+                if outer.refuse is not None:
+                    status, code = outer.refuse
+                    self._answer(status, {"error": {"code": code, "message": f"refused: {code}"}})
+                    return
+                receipt = {"id": SUBMISSION_ID, "status": "queued", "received_at": "2026-02-05T09:00:00Z"}
+                receipt |= {"student": "octocat", "commit": "0" * 40, "page": f"/s/{SUBMISSION_ID}"}
+                self._answer(202, {**receipt, "url": f"/api/v1/submissions/{SUBMISSION_ID}"})
+
+            def do_GET(self) -> None:
+                outer.requests.append(("GET", self.path, dict(self.headers), b""))
+                parts = urlsplit(self.path)
+                if parts.path == "/actions-token":  # GitHub's protocol: the audience in the query, a bearer
+                    if self.headers["Authorization"] != "bearer request-token":
+                        self._answer(401, {"message": "bad request token"})
+                        return
+                    audience = parse_qs(parts.query)["audience"][0]
+                    self._answer(200, {"count": 1, "value": f"oidc-for:{audience}"})
+                    return
+                outer.gets += 1
+                final = outer.gets > 1
+                self._answer(
+                    200,
+                    {
+                        "id": SUBMISSION_ID,
+                        "status": outer.final if final else "queued",
+                        "student": "octocat",
+                        "results": outer.results if final and outer.final == "graded" else None,
+                        "error": None,
+                    },
+                )
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def posts(self) -> list[tuple[str, str, dict[str, str], bytes]]:
+        return [r for r in self.requests if r[0] == "POST"]
+
+
+@pytest.fixture
+def service() -> Iterator[Service]:
+    served = Service()
+    yield served
+    served.http.shutdown()
+    served.http.server_close()
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, **GIT_ENV}
+    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A student's repository of two commits, with changes in the working tree that are not committed."""
+    repo = tmp_path / "student"
+    (repo / "src").mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "src" / "collectives.py").write_text("# first\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "first")
+    (repo / "src" / "collectives.py").write_text("# second\n")
+    (repo / "src" / "transformer.py").write_text("# committed\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "second")
+    (repo / "src" / "collectives.py").write_text("# edited, not committed\n")
+    (repo / "untracked.py").write_text("# never added\n")
+    return repo
+
+
+def bundle_contents(data: bytes) -> tuple[dict[bytes, bytes], list[bytes], dict[str, bytes]]:
+    """The bundle's refs, prerequisites and the files of its tip's tree, read as the service reads it."""
+    from dulwich.bundle import read_bundle
+    from dulwich.object_store import MemoryObjectStore
+
+    with read_bundle(io.BytesIO(data)) as bundle:
+        store = MemoryObjectStore()
+        bundle.store_objects(store)
+        refs, prerequisites = dict(bundle.references), [sha for sha, _ in bundle.prerequisites]
+    files = {}
+    for entry in store.iter_tree_contents(store[refs[b"HEAD"]].tree):
+        files[entry.path.decode()] = store[entry.sha].data
+    return refs, prerequisites, files
+
+
+def run_submit(directory: Path, server: str, *extra: str, env: dict[str, str] | None = None) -> Any:
+    """``grader submit`` as a student runs it, in a process of its own."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("ACTIONS_", "GRADER_SUBMIT", "GITHUB_"))}
+    cmd = [sys.executable, "-m", "grader", "submit", str(directory), "--server", server, "--assignment", "a9"]
+    return subprocess.run(
+        [*cmd, *extra], env={**environ, **(env or {})}, capture_output=True, text=True, check=False, timeout=120
+    )
+
+
+# --- the commit ---------------------------------------------------------------------------------------------
+
+
+def test_the_bundle_is_head_and_nothing_of_the_working_tree_outside_it(repo: Path) -> None:
+    data, head = submit.bundle_head(repo / "src")  # from a folder inside the repository too
+    refs, prerequisites, files = bundle_contents(data)
+    assert head == git(repo, "rev-parse", "HEAD").strip()
+    assert refs == {b"HEAD": head.encode()}
+    assert prerequisites == [git(repo, "rev-parse", "HEAD~1").strip().encode()]  # no history, only its name
+    assert files == {"src/collectives.py": b"# second\n", "src/transformer.py": b"# committed\n"}
+    bundle = repo.parent / "head.bundle"
+    bundle.write_bytes(data)
+    assert head in git(repo, "bundle", "list-heads", str(bundle))  # git itself reads it as a bundle
+    git(repo, "bundle", "verify", "-q", str(bundle))  # and its prerequisite is where the service has it
+
+
+def test_a_hostile_repository_config_never_runs(repo: Path) -> None:
+    """Hooks, a filter driver, fsmonitor, a pager, an alias: every program the config names would write
+    a file; none does, and the bundle is still HEAD."""
+    ran = repo.parent / "ran"
+    program = f"sh -c 'touch {ran}'"
+    for key, value in {
+        "core.fsmonitor": program,
+        "core.pager": program,
+        "core.sshCommand": program,
+        "gpg.program": program,
+        "log.showSignature": "true",
+        "filter.evil.clean": program,
+        "filter.evil.smudge": program,
+        "filter.evil.process": program,
+        "diff.external": program,
+        "alias.bundle": f"!{program}",
+        "core.hooksPath": str(repo / "hooks"),
+    }.items():
+        git(repo, "config", key, value)
+    (repo / "hooks").mkdir()
+    for hook in ("pre-commit", "post-checkout", "pre-push", "reference-transaction", "post-index-change"):
+        (repo / "hooks" / hook).write_text(f"#!/bin/sh\ntouch {ran}\n")
+        (repo / "hooks" / hook).chmod(0o755)
+    (repo / ".gitattributes").write_text("* filter=evil diff=evil\n")
+    data, head = submit.bundle_head(repo)
+    assert not ran.exists()
+    assert bundle_contents(data)[0] == {b"HEAD": head.encode()}
+
+
+def test_a_directory_without_a_commit_is_not_graded_and_says_why(tmp_path: Path) -> None:
+    with pytest.raises(submit.NotGraded, match="not in a git repository"):
+        submit.bundle_head(tmp_path)
+    git(tmp_path, "init", "-q")
+    with pytest.raises(submit.NotGraded, match="no commit yet"):
+        submit.bundle_head(tmp_path)
+
+
+# --- the token ----------------------------------------------------------------------------------------------
+
+
+def test_the_token_comes_from_githubs_oidc_protocol_for_the_server_as_given(service: Service) -> None:
+    environ = {
+        "ACTIONS_ID_TOKEN_REQUEST_URL": f"{service.url}/actions-token?api-version=2.0",
+        "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "request-token",
+    }
+    assert submit.submit_token(environ, "https://grader.example.edu/") == "oidc-for:https://grader.example.edu/"
+    method, path, headers, _ = service.requests[-1]
+    assert method == "GET" and parse_qs(urlsplit(path).query)["api-version"] == ["2.0"]
+    assert headers["Authorization"] == "bearer request-token"
+    # A token the course handed out wins; without either, one clear line.
+    assert submit.submit_token({**environ, "GRADER_SUBMIT_TOKEN": "course-token\n"}, "x") == "course-token"
+    with pytest.raises(submit.NotGraded, match="no token: set GRADER_SUBMIT_TOKEN"):
+        submit.submit_token({}, "x")
+    with pytest.raises(submit.NotGraded, match="401"):
+        submit.submit_token({**environ, "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "wrong"}, "x")
+
+
+# --- the service: graded, refused, unreachable ------------------------------------------------------------
+
+
+def test_a_graded_push_prints_the_table_and_page_and_writes_what_grade_writes(
+    service: Service, repo: Path, tmp_path: Path
+) -> None:
+    env = {
+        "ACTIONS_ID_TOKEN_REQUEST_URL": f"{service.url}/actions-token?api-version=2.0",
+        "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "request-token",
+    }
+    out = tmp_path / "out"
+    proc = run_submit(repo, service.url + "/", "--out", str(out), env=env)
+    assert proc.returncode == 0, proc.stderr
+    [(_, path, headers, body)] = service.posts()
+    assert path == "/api/v1/assignments/a9/submissions"
+    assert headers["Authorization"] == f"Bearer oidc-for:{service.url}/"  # the audience: --server as given
+    assert headers["Content-Type"] == "application/octet-stream"
+    assert bundle_contents(body)[0] == {b"HEAD": git(repo, "rev-parse", "HEAD").strip().encode()}
+    assert service.gets == 2  # queued, then graded: it waited
+    result = GradeResult.from_dict(service.results)
+    from grader.render.outputs import render
+
+    assert proc.stdout.splitlines()[:-1] == render(result, "terminal", color=False).splitlines()
+    assert proc.stdout.splitlines()[-1] == f"{service.url}/s/{SUBMISSION_ID}"  # the page, on a line of its own
+    expected = tmp_path / "grade-out"
+    write_outputs(result, expected, None)  # what `grader grade --out` writes for these results
+    for written in expected.iterdir():
+        assert (out / written.name).read_bytes() == written.read_bytes(), written.name
+    assert "<html" in (out / "report.html").read_text().lower()
+    reporter = json.loads((out / "classroom.json").read_text())
+    assert reporter["max_score"] == result.max_score
+    assert base64.b64encode((out / "classroom.json").read_bytes())  # what the workflow hands the reporter
+
+
+def test_a_refused_push_is_one_clear_line_and_exit_1(service: Service, repo: Path) -> None:
+    service.refuse = (401, "token_expired")
+    proc = run_submit(repo, service.url, env={"GRADER_SUBMIT_TOKEN": "tok"})
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "grader: your push was not graded: the grading service answered 401: refused: token_expired (token_expired)"
+    ]
+    assert proc.stdout == ""
+
+
+def test_an_unreachable_service_is_one_clear_line_and_exit_1(repo: Path) -> None:
+    proc = run_submit(repo, "http://127.0.0.1:9", env={"GRADER_SUBMIT_TOKEN": "tok"})
+    assert proc.returncode == 1
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("grader: your push was not graded: the grading service is unreachable at http://127.0.0.1:9")
+
+
+def test_no_wait_prints_the_page_once_queued(service: Service, repo: Path) -> None:
+    proc = run_submit(repo, service.url, "--no-wait", env={"GRADER_SUBMIT_TOKEN": "tok"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"{service.url}/s/{SUBMISSION_ID}\n" and service.gets == 0
+    assert service.posts()[0][2]["Authorization"] == "Bearer tok"
+
+
+def test_a_superseded_push_is_not_graded_and_says_so(service: Service, repo: Path) -> None:
+    service.final = "superseded"
+    proc = run_submit(repo, service.url, env={"GRADER_SUBMIT_TOKEN": "tok"})
+    assert proc.returncode == 1
+    assert "your push was not graded: a newer push of yours superseded it" in proc.stderr
+
+
+def test_the_wait_is_bounded_and_rides_out_a_restarting_service() -> None:
+    """Polls back off (0.5 s, x1.5, at most 5 s); a service that stays away ends the wait with the reason."""
+    receipt = submit.Receipt("id", "c", "http://127.0.0.1:9/api/v1/submissions/id", "http://127.0.0.1:9/s/id")
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    with pytest.raises(submit.NotGraded, match=r"no grade within the wait \(the grading service is unreachable"):
+        submit.wait_for_grade(receipt, "tok", deadline=30.0, sleep=sleep, clock=lambda: now[0])
+    assert slept[:4] == [0.5, 0.75, 1.125, 1.6875] and max(slept) == 5.0 and sum(slept) <= 30.0
