@@ -3,9 +3,10 @@
 The student's door onto the service (``grader serve``), from a laptop or from the Classroom workflow.
 It runs on a student's machine with the base install, so it speaks HTTP with the standard library.
 
-1. The commit: HEAD as a git bundle, written by dulwich.  Only HEAD's commit, its trees and blobs go in
-   (its parents are the bundle's prerequisites): nothing of the working tree outside HEAD, no history,
-   and nothing a repository's configuration names (hooks, filters, fsmonitor, a pager) ever runs.
+1. The commit: HEAD as a whole git bundle (``git bundle create x HEAD``), written by dulwich: HEAD's
+   commits, trees and blobs as far back as the clone holds them (a workflow's checkout: HEAD alone), nothing
+   of the working tree outside HEAD, and nothing a repository's configuration names (hooks, filters,
+   fsmonitor, a pager) ever runs.
 2. The token proves who is asking: ``GRADER_SUBMIT_TOKEN`` (a course without Classroom hands one to each
    student), else the GitHub Actions job's OIDC token, asked of the runner for the service's audience.
 3. ``POST`` the bundle, then poll the submission with backoff until it is graded (bounded), and render
@@ -104,8 +105,9 @@ def show(result: GradeResult, out: Path | None, *, student: str | None = None) -
 def bundle_head(directory: Path) -> tuple[bytes, str]:
     """HEAD of the repository at or above ``directory`` as the bytes of a git bundle, and its sha.
 
-    The bundle's one ref, ``HEAD``, is the commit; its pack holds that commit, every tree and blob of it,
-    and nothing else; its parents are prerequisites.  Read by dulwich: no git, no configuration obeyed.
+    The bundle's one ref, ``HEAD``, is the commit; its pack holds every object reachable from it that the
+    repository has, and no prerequisites (the service takes whole bundles only; a shallow clone's history
+    ends where the clone's does).  Read by dulwich: no git, no configuration obeyed.
     """
     from dulwich.bundle import Bundle, write_bundle
     from dulwich.errors import NotGitRepository
@@ -126,7 +128,7 @@ def bundle_head(directory: Path) -> tuple[bytes, str]:
         commit = repo[sha]
         if not isinstance(commit, Commit):
             raise NotGraded(f"HEAD of {directory} is not a commit")
-        objects = [commit, *_tree_objects(repo, commit.tree)]
+        objects = list(_reachable(repo, commit))
 
         class _Objects:  # dulwich's PackDataLike: what write_bundle reads of a pack
             object_format = repo.object_format
@@ -143,7 +145,7 @@ def bundle_head(directory: Path) -> tuple[bytes, str]:
         bundle = Bundle()
         bundle.version = 2
         bundle.capabilities = {}
-        bundle.prerequisites = [(parent, b"") for parent in commit.parents]
+        bundle.prerequisites = []
         bundle.references = {HEADREF: sha}
         bundle.pack_data = _Objects()
         buffer = io.BytesIO()
@@ -151,21 +153,23 @@ def bundle_head(directory: Path) -> tuple[bytes, str]:
     return buffer.getvalue(), sha.decode("ascii")
 
 
-def _tree_objects(repo: Any, tree_sha: bytes) -> Iterator[Any]:
-    """The tree ``tree_sha`` and every tree and blob below it, each once; submodules (commits of other
-    repositories) are not in this one and stay out."""
-    from dulwich.objects import S_ISGITLINK, Tree
+def _reachable(repo: Any, head: Any) -> Iterator[Any]:
+    """``head``, its ancestors the repository holds, and every tree and blob of them, each once.  Parents
+    past a shallow clone's edge and submodules' commits (of other repositories) are not here and stay out."""
+    from dulwich.objects import S_ISGITLINK, Commit, Tree
 
     seen: set[bytes] = set()
-    stack = [tree_sha]
+    stack = [head.id]
     while stack:
         sha = stack.pop()
-        if sha in seen:
+        if sha in seen or sha not in repo.object_store:
             continue
         seen.add(sha)
         obj = repo[sha]
         yield obj
-        if isinstance(obj, Tree):
+        if isinstance(obj, Commit):
+            stack += [*obj.parents, obj.tree]
+        elif isinstance(obj, Tree):
             stack += [entry.sha for entry in obj.iteritems() if not S_ISGITLINK(entry.mode)]
 
 

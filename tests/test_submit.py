@@ -165,17 +165,25 @@ def run_submit(directory: Path, server: str, *extra: str, env: dict[str, str] | 
 # --- the commit ---------------------------------------------------------------------------------------------
 
 
-def test_the_bundle_is_head_and_nothing_of_the_working_tree_outside_it(repo: Path) -> None:
+def test_the_bundle_is_head_and_nothing_of_the_working_tree_outside_it(repo: Path, tmp_path: Path) -> None:
     data, head = submit.bundle_head(repo / "src")  # from a folder inside the repository too
     refs, prerequisites, files = bundle_contents(data)
     assert head == git(repo, "rev-parse", "HEAD").strip()
-    assert refs == {b"HEAD": head.encode()}
-    assert prerequisites == [git(repo, "rev-parse", "HEAD~1").strip().encode()]  # no history, only its name
+    assert refs == {b"HEAD": head.encode()} and prerequisites == []  # whole: the service takes no other
     assert files == {"src/collectives.py": b"# second\n", "src/transformer.py": b"# committed\n"}
-    bundle = repo.parent / "head.bundle"
+    bundle = tmp_path / "head.bundle"
     bundle.write_bytes(data)
-    assert head in git(repo, "bundle", "list-heads", str(bundle))  # git itself reads it as a bundle
-    git(repo, "bundle", "verify", "-q", str(bundle))  # and its prerequisite is where the service has it
+    git(tmp_path, "clone", "-q", str(bundle), "cloned")  # git itself takes it whole, history included
+    assert git(tmp_path / "cloned", "rev-list", "HEAD").split() == git(repo, "rev-list", "HEAD").split()
+
+
+def test_a_shallow_checkout_bundles_what_it_holds(repo: Path, tmp_path: Path) -> None:
+    """actions/checkout fetches one commit: the bundle is that commit, its parent left out, not missed."""
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{repo}", "shallow")
+    data, head = submit.bundle_head(tmp_path / "shallow")
+    refs, prerequisites, files = bundle_contents(data)
+    assert refs == {b"HEAD": git(repo, "rev-parse", "HEAD").strip().encode()} and prerequisites == []
+    assert set(files) == {"src/collectives.py", "src/transformer.py"}
 
 
 def test_a_hostile_repository_config_never_runs(repo: Path) -> None:
