@@ -180,7 +180,7 @@ def test_the_bundle_is_head_and_nothing_of_the_working_tree_outside_it(repo: Pat
 def test_a_shallow_checkout_bundles_what_it_holds(repo: Path, tmp_path: Path) -> None:
     """actions/checkout fetches one commit: the bundle is that commit, its parent left out, not missed."""
     git(tmp_path, "clone", "-q", "--depth", "1", f"file://{repo}", "shallow")
-    data, head = submit.bundle_head(tmp_path / "shallow")
+    data, _ = submit.bundle_head(tmp_path / "shallow")
     refs, prerequisites, files = bundle_contents(data)
     assert refs == {b"HEAD": git(repo, "rev-parse", "HEAD").strip().encode()} and prerequisites == []
     assert set(files) == {"src/collectives.py", "src/transformer.py"}
