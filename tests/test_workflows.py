@@ -242,6 +242,39 @@ def test_classroom_steps_hand_the_reporter_the_grader_output(tmp_path, pushed_at
     assert added == set(CAPABILITIES)
 
 
+@pytest.mark.parametrize("assignment", ["", "a9-fall"])
+@pytest.mark.parametrize("pack", TEMPLATES)
+def test_service_mode_submits_head_with_the_jobs_oidc_token_and_hands_the_reporter_its_output(
+    tmp_path, pack, assignment
+):
+    """With the organisation's GRADER_SERVICE set, the step runs `grader submit` in the image (no student code
+    runs there, so it may reach the network) with GitHub's token request variables, and the reporter reads the
+    classroom.json it writes; scripts/bench-classroom.py --service runs the same step against a real service."""
+    workflow = load(TEMPLATES[pack] / ".github" / "workflows" / "classroom.yml")
+    assert workflow["permissions"]["id-token"] == "write"
+    job = classroom_job(TEMPLATES[pack])
+    assert job["env"]["GRADER_SERVICE"] == "${{ vars.GRADER_SERVICE }}"
+    grader = next(s for s in job["steps"] if s.get("id") == "grader")
+    env = {
+        **github_files(tmp_path),
+        "GITHUB_WORKSPACE": str(tmp_path),
+        "PUSHED_AT": "1770282000",
+        "GRADER_IMAGE": "img",
+        "GRADER_SERVICE": "https://grader.example.edu",
+        "GRADER_ASSIGNMENT": assignment,
+        "CLASSROOM_JSON": json.dumps(CLASSROOM_JSON),
+    }
+    run_script(grader["run"], tmp_path, env, {"docker": DOCKER_STUB})
+    assert decoded_result(tmp_path / "output") == CLASSROOM_JSON
+    args = (tmp_path / "runner-temp" / "docker-args").read_text().splitlines()
+    submit = ["submit", "/submission", "--server", "https://grader.example.edu", "--assignment", assignment or pack]
+    assert args[args.index("img") + 1 :] == [*submit, "--out", "/results"]  # the service keeps its own time
+    assert {"ACTIONS_ID_TOKEN_REQUEST_URL", "ACTIONS_ID_TOKEN_REQUEST_TOKEN"} == {
+        args[i + 1] for i, a in enumerate(args) if a == "-e"
+    }
+    assert f"{tmp_path}:/submission:ro" in args and "--read-only" in args and "--cap-add" not in args
+
+
 def test_the_submission_time_is_the_push_githubs_server_recorded_never_a_commit_date():
     grader = next(s for s in classroom_job()["steps"] if s.get("id") == "grader")
     assert grader["env"]["PUSHED_AT"] == "${{ github.event.repository.pushed_at }}"
