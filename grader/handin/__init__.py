@@ -69,6 +69,7 @@ class Extraction:
     statements: list[Statement] = field(default_factory=list)  # kept, in document order
     duplicates: dict[str, list[str]] = field(default_factory=dict)  # name -> labels of every definition
     unparsable: list[str] = field(default_factory=list)  # "cell 5 line 3: invalid syntax\n    x = (\n      ^"
+    skipped: list[str] = field(default_factory=list)  # "cell 4 is %%bash: IPython hands its text to ..."
     #: each statement's code, compiled at its first :meth:`execute`: a rank reuses one extraction for
     #: every case (``notebook.read``), and compiling a notebook's definitions was a millisecond of each
     _code: dict[int, CodeType] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -88,6 +89,8 @@ class Extraction:
         hint = f"; did you rename it to {close[0]}?" if close else ""
         if self.unparsable:
             hint += "; these parts could not be read: " + "; ".join(self.unparsable)
+        if self.skipped:
+            hint += "; these cells are not read as Python: " + "; ".join(self.skipped)
         raise NotImplementedError(f"{self.file} defines no {name}, the name the handout gives it{hint}")
 
     def notes(self, names: tuple[str, ...] = ()) -> list[str]:

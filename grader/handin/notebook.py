@@ -5,10 +5,12 @@ a chunk ("hw12.ipynb, cell 7", counted among code cells from 1, as the student s
 scrolling).  Execution counts and saved outputs are ignored: they are data a student can edit,
 never evidence of what ran, so a definition repeated across cells is taken from the last cell, as a
 fresh "Restart and run all" would.  IPython's syntax (``!cmd``, ``%magic``, ``get_ipython()``) is
-read as IPython reads it, as a statement that does nothing here, wherever it stands
-(:mod:`grader.handin.ipython`), and a cell that starts with a cell magic (``%%``) is skipped.
-An exported notebook (``jupyter nbconvert --to script``, Colab's "Download .py", VS Code) is split
-at its ``# In[ ]:`` or ``# %%`` markers into the same cells.
+read as IPython reads it, as a statement that does nothing here, wherever it stands, and so is its
+help syntax (``torch.tensor_split?``); a cell magic that runs its body as Python (``%%time``,
+``%%capture``) is read as its body, any other (``%%bash``, ``%%timeit``) is skipped and said so
+(:mod:`grader.handin.ipython`).  An exported notebook (``jupyter nbconvert --to script``, Colab's
+"Download .py", VS Code) is split at its ``# In[ ]:`` or ``# %%`` markers into the same cells, and
+its cell magics (nbconvert's ``run_cell_magic`` calls, Colab's commented-out cells) read alike.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from pathlib import Path
 import nbformat  # at import: the zygote preloads it for every rank of a notebook pack
 
 from grader.handin import PART, Chunk, Extraction, LastRead, extract
-from grader.handin.ipython import as_python, is_cell_magic
+from grader.handin.ipython import read_cell
 
-_MARKER = re.compile(r"^# (?:In\[[ 0-9]*\]:|%%)")
+#: A cell's first line in an export; ``# %%time`` is a cell magic Colab commented out, no marker.
+_MARKER = re.compile(r"^# (?:In\[[ 0-9]*\]:|%%(?:[ \t]|$))")
 
 
 class NotebookError(ValueError):
@@ -42,12 +45,16 @@ def warm_up() -> None:
 
 def _read(path: Path, text: str) -> Extraction:
     cells = _cells_of_json(text, path.name) if text.lstrip().startswith("{") else _cells_of_script(text)
-    chunks = [
-        Chunk(as_python(source), f"{path.name}{PART}cell {n}", f"{path}{PART}cell {n}")
-        for n, source in enumerate(cells, start=1)
-        if not is_cell_magic(source)
-    ]
-    return extract(chunks, path.name)
+    chunks: list[Chunk] = []
+    skipped: list[str] = []
+    for n, source in enumerate(cells, start=1):
+        cell = read_cell(source)
+        skipped += [f"cell {n} is {why}" for why in cell.skipped]
+        if cell.python:
+            chunks.append(Chunk(cell.python, f"{path.name}{PART}cell {n}", f"{path}{PART}cell {n}"))
+    found = extract(chunks, path.name)
+    found.skipped = skipped
+    return found
 
 
 _last = LastRead(_read)
