@@ -135,7 +135,20 @@ def build_parser() -> argparse.ArgumentParser:
     rescore.add_argument("--deadline", default=None, help=f"overrides the rubric's deadline ({TIME_HELP})")
     add_seal_key(rescore)
     add_submit_command(sub)
+    add_service_commands(sub)
     return parser
+
+
+def add_service_commands(sub: Any) -> None:
+    """``grader serve`` (the grading service, ``grader.service``) and ``grader service tokens``."""
+    serve = sub.add_parser("serve", help="run the grading service: every push graded by the grade of record")
+    serve.add_argument("--config", type=Path, default=Path("service.yaml"), help="the service's YAML configuration")
+    service = sub.add_parser("service", help="grading service tools")
+    service_sub = service.add_subparsers(dest="service_command", required=True)
+    tokens = service_sub.add_parser("tokens", help="issue one submission token per student (only hashes are kept)")
+    tokens.add_argument("--config", type=Path, default=Path("service.yaml"), help="the service's YAML configuration")
+    tokens.add_argument("--assignment", required=True, help="the assignment's id in the configuration")
+    tokens.add_argument("--roster", type=Path, required=True, help="a CSV whose first column is each student")
 
 
 def add_submit_command(sub: Any) -> None:
@@ -361,6 +374,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         from grader import submit
 
         return submit.main(args)
+    if args.command == "serve":
+        from grader.service import app
+
+        return app.main(args)
+    if args.command == "service":
+        from grader.service import tokens
+
+        return tokens.main(args)
     raise AssertionError(args.command)
 
 

@@ -60,6 +60,7 @@ _ENV_KEPT = (
     "REQUESTS_CA_BUNDLE",
     "SSH_AUTH_SOCK",
 )
+_GITLINK = 0o160000  # a tree entry's mode for a submodule
 #: What an exported symlink points to: the intake refuses it without ever reading it.
 SYMLINK_PLACEHOLDER = b"symlink-in-the-repository"
 
@@ -120,6 +121,28 @@ def export(source: str, into: Path, names: Sequence[str], max_file: int, max_tot
     except _Failed as failure:
         raise UserError(f"cannot read the git repository {shown(source)}: {failure}") from None
     return Head(answer["commit"], answer["committed_at"], notes=answer["notes"])
+
+
+def unbundle(bundle: Path, into: Path, tip: str | None, max_total: int) -> Head:
+    """Unpack the git bundle ``bundle`` into a new bare repository ``into`` whose HEAD is its tip
+    (``grader.service.intake``): ``tip`` where given (the commit a token names), else the bundle's
+    ``HEAD``, or its one ref.  The commit's whole tree is checked: every object present, no name that
+    could leave a checkout (``..``, ``/``, ``.git``), at most :data:`MAX_TREE_ENTRIES` entries and
+    ``max_total`` bytes of files.  Raises :class:`UserError` for a bundle that is not whole, not a
+    bundle, hostile or too large, and :class:`WrongTip` for one whose refs do not hold ``tip``."""
+    into = Path(into).absolute()
+    spec = {"bundle": str(Path(bundle).absolute()), "into": str(into), "tip": tip, "max_total": max_total}
+    try:
+        answer = _run("unbundle", spec, READ_TIMEOUT_S)
+    except _Failed as failure:
+        raise UserError(f"the bundle cannot be read: {failure}") from None
+    if answer["commit"] is None:
+        raise WrongTip(f"the bundle does not hold commit {tip} (its refs: {', '.join(answer['refs']) or 'none'})")
+    return Head(answer["commit"], answer["committed_at"], notes=answer["notes"])
+
+
+class WrongTip(UserError):
+    """A bundle whose refs do not name the commit it was sent as."""
 
 
 # --- the parent's side: one child process per operation ------------------------------------------
@@ -203,7 +226,8 @@ def _child() -> None:
         with contextlib.suppress(ValueError, OSError):  # never above a hard limit already lower
             resource.setrlimit(which, (value, value))
     try:
-        answer = _read(spec) if spec["operation"] == "read" else _export(spec)
+        operations = {"read": _read, "export": _export, "unbundle": _unbundle}
+        answer = operations[spec["operation"]](spec)
     except _Refusal as refusal:
         answer = {"refused": str(refusal)}
     except MemoryError:
@@ -250,6 +274,76 @@ def _export(spec: dict[str, Any]) -> dict[str, Any]:
         commit = _commit(repo, sha)
         notes = _write_tree(repo, commit.tree, into, spec)
         return {"commit": sha.decode(), "committed_at": _committed_at(commit), "notes": notes}
+
+
+def _unbundle(spec: dict[str, Any]) -> dict[str, Any]:
+    from io import BytesIO
+
+    from dulwich.bundle import read_bundle
+    from dulwich.repo import Repo
+
+    with open(spec["bundle"], "rb") as fh:
+        bundle = read_bundle(fh)
+        if bundle.prerequisites:
+            raise _Refusal("it is not whole: it needs commits it does not hold (bundle HEAD with its history)")
+        refs = {ref.decode(errors="replace"): sha.decode() for ref, sha in bundle.references.items()}
+        tip = (
+            spec["tip"]
+            or refs.get("HEAD")
+            or (next(iter(set(refs.values()))) if len(set(refs.values())) == 1 else None)
+        )
+        if tip is None:
+            raise _Refusal("it names no HEAD and several commits: bundle one (git bundle create x.bundle HEAD)")
+        if tip not in refs.values():
+            return {"commit": None, "refs": sorted(refs.values())}
+        fh.seek(0)
+        raw = fh.read()
+    bundle.close()
+    pack = raw[raw.index(b"\n\n") + 2 :]
+    into = Path(spec["into"])
+    into.mkdir()
+    with Repo.init_bare(str(into)) as repo:
+        repo.object_store.add_thin_pack(BytesIO(pack).read, None)
+        commit = _commit(repo, tip.encode())
+        _check_tree(repo, commit.tree, spec["max_total"])
+        names: Any = repo.refs
+        names[b"refs/heads/main"] = commit.id
+        names.set_symbolic_ref(b"HEAD", b"refs/heads/main")
+        return {"commit": tip, "committed_at": _committed_at(commit), "notes": []}
+
+
+def _check_tree(repo: Any, tree_sha: bytes, max_total: int) -> None:
+    """Every object of the tree present, every name one a checkout keeps inside, within the limits."""
+    from dulwich.objects import Blob, Tree
+
+    total, seen = 0, 0
+    queue: deque[tuple[bytes, bytes, int]] = deque([(tree_sha, b"", 0)])
+    while queue:
+        sha, prefix, depth = queue.popleft()
+        try:
+            tree = repo[sha]
+        except KeyError:
+            raise _Refusal(f"it is not whole: the folder {shown(os.fsdecode(prefix)) or '/'} is missing") from None
+        if not isinstance(tree, Tree):
+            raise _Refusal(f"{shown(os.fsdecode(prefix))} is not a folder")
+        for entry in tree.iteritems():
+            seen += 1
+            if seen > MAX_TREE_ENTRIES:
+                raise _Refusal(f"its commit has over {MAX_TREE_ENTRIES} files")
+            if not _usable_name(entry.path):
+                raise _Refusal(f"a path escapes the submission: {shown(os.fsdecode(prefix + entry.path))!r}")
+            if stat.S_ISDIR(entry.mode):
+                if depth + 1 >= MAX_TREE_DEPTH:
+                    raise _Refusal(f"its folders nest over {MAX_TREE_DEPTH} levels deep")
+                queue.append((entry.sha, prefix + entry.path + b"/", depth + 1))
+            elif stat.S_IFMT(entry.mode) != _GITLINK:  # a submodule's commit is not in the bundle
+                try:
+                    blob = repo[entry.sha]
+                except KeyError:
+                    raise _Refusal(f"it is not whole: {shown(os.fsdecode(prefix + entry.path))} is missing") from None
+                total += len(blob.as_raw_string()) if isinstance(blob, Blob) else 0
+                if total > max_total:
+                    raise _Refusal(f"its commit unpacks to over {max_total >> 20} MiB")
 
 
 def _fetch(source: str, repo: Any, max_bytes: int) -> bytes:

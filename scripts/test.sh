@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/python-env.sh  # the project's .venv where python3 is externally managed (PEP 668)
-EXTRAS=dev,cluster,similarity,docs bash scripts/install.sh  # cluster: Dask and dask-jobqueue for grader batch --cluster; similarity: copydetect; docs: Sphinx for the manual
+EXTRAS=dev,cluster,similarity,docs,service bash scripts/install.sh  # cluster: Dask and dask-jobqueue for grader batch --cluster; similarity: copydetect; docs: Sphinx for the manual; service: grader serve
 bash scripts/install-chromium.sh
 bash scripts/install-actionlint.sh
 bash scripts/install-slurm.sh  # a real single-node Slurm for tests/test_batch_slurm.py

@@ -16,6 +16,8 @@ Layout of DIR::
         batch-outcome.json        status, exit code, seconds spent grading, message
         graded/                   what `grader grade --out` wrote: the cache, rescored on every run
             cache-key.json        only when graded: what the matrix run is valid for
+            seal.json             whose grading this is, and every entry's type, size and digest,
+                                  under the instructor's key (``grader.seal``)
             grade.log             its stdout and stderr
         results.json, summary.md, gradescope.json, classroom.json
                                   the grade of record: graded/ scored under today's rubric, deadline
@@ -32,18 +34,19 @@ import fcntl
 import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from grader import late
-from grader.batch.cache import KEY_FILE, read_json
 from grader.batch.cluster import MAX_IN_FLIGHT, ClusterGrader, connect, parse_cluster
 from grader.batch.roster import Student, load_roster
 from grader.batch.workers import GRADED_DIR, Grader, grade_all, load_outcome, warm
 from grader.errors import UserError, environment_fault, named
 from grader.gradebook import (
     BATCH_FLAGS,
+    CACHE_UNTRUSTED,
     DUPLICATE,
     GRADED,
     GRADER_ERROR,
@@ -55,7 +58,7 @@ from grader.gradebook import (
     task_columns,
 )
 from grader.manual import ManualScores, load_manual
-from grader.pack import load_pack
+from grader.pack import Diagram, load_pack
 from grader.pipeline import input_salt
 from grader.render.class_report import render_class_report
 from grader.render.outputs import write_outputs, write_text
@@ -64,7 +67,7 @@ from grader.render.student_report import render_student_report
 from grader.rescore import rescore
 from grader.results import GradeResult
 from grader.rubric import Rubric, load_rubric
-from grader.seal import key_path, load_key
+from grader.seal import STUDENTS_DIR, Untrusted, key_path, load_key, open_sealed
 from grader.similarity import require as require_similarity
 
 if TYPE_CHECKING:  # imported where used: the copy check is an optional extra (copydetect)
@@ -156,7 +159,8 @@ def run_batch(
                 grade_all(gradable, grader, min(len(gradable), MAX_IN_FLIGHT), stream)
             fingerprinted = grader.fingerprinted
         nearest = _similarity(gradable, out, loaded, boilerplate, fingerprinted) if similarity else None
-        return _write_reports(students, out, scored, manual_scores, nearest)
+        with tempfile.TemporaryDirectory(prefix="grader-batch-") as copies:
+            return _write_reports(students, out, scored, manual_scores, nearest, key, Path(copies))
 
 
 def _similarity_task(rubric: Rubric, boilerplate: Sequence[Path]) -> SimilarityTask:
@@ -225,9 +229,16 @@ def _write_reports(
     out: Path,
     rubric: Rubric,
     manual: dict[str, ManualScores],
-    nearest: dict[str, Nearest] | None = None,
+    nearest: dict[str, Nearest] | None,
+    seal_key: bytes,
+    copies: Path,
 ) -> list[GradebookRow]:
     """Score every graded student from the cache (``grader.rescore``), then the gradebook and reports.
+
+    Each cached grading is read once, through the no-follow reader, into a private copy under
+    ``copies`` and checked against its seal as it is read (``grader.seal.open_sealed``); scoring and the
+    reports read that copy.  A seal broken since the grading step (a neighbour editing ``--out`` while
+    the batch runs) is that student's row, flagged ``cache_untrusted``: the next run grades them again.
 
     Everyone is scored before anything is written: manual scores refused for one student (an unknown
     item, points out of range) leave every file as the last run wrote it, never some students'
@@ -238,60 +249,81 @@ def _write_reports(
     rows: list[GradebookRow] = []  # in roster order; a refused entry's label may be any text
     row_of: dict[str, int] = {}  # a gradable student's row (their names are unique)
     results: dict[str, GradeResult | None] = {}
+    keys: dict[str, dict[str, Any] | None] = {}  # each graded student's cache key, as sealed
+    junits: dict[str, Path] = {}  # and the matrix run, as checked
     for student in students:
         if student.refused:
             rows.append(gradebook_row(student.name, REFUSED, None, student.why, [student.refused]))
             continue
         row_of[student.name] = len(rows)
-        student_dir = out / "students" / student.name
+        student_dir = out / STUDENTS_DIR / student.name
         outcome = load_outcome(student_dir)
         result: GradeResult | None = None
         if outcome.status == GRADED:
+            copy = copies / str(len(rows))
             try:
-                result = rescore(student_dir / GRADED_DIR, rubric, manual.get(student.name))
+                keys[student.name] = open_sealed(student_dir, GRADED_DIR, seal_key, copy)
+                outcome = load_outcome(copy)  # the outcome as sealed
+                result = rescore(copy / GRADED_DIR, rubric, manual.get(student.name))
+                junits[student.name] = copy / GRADED_DIR / "junit.xml"
+            except Untrusted as exc:
+                why = f"the cache was not trusted: {exc}: run the batch again to grade them again"
+                rows.append(gradebook_row(student.name, GRADER_ERROR, None, why, [CACHE_UNTRUSTED]))
+                continue
             except UserError as exc:
                 raise UserError(f"{student.name}: {exc}") from None
             except Exception as exc:
-                rows.append(_report_failed(student.name, exc, out))
+                rows.append(_report_failed(student.name, exc, out, copy))
                 continue
         results[student.name] = result
         rows.append(gradebook_row(student.name, outcome.status, result, outcome.message, [outcome.flag]))
-    _flag_duplicates([rows[i] for i in row_of.values()], out)
+    _flag_duplicates([rows[i] for i in row_of.values()], keys)
     for name, result in results.items():
         if result is not None:
-            student_dir = out / "students" / name
-            junit = student_dir / GRADED_DIR / "junit.xml"
             try:
-                # the matrix run rescoring never changes: copied when it is new, not again on every run
-                write_outputs(result, student_dir, None if _same_bytes(student_dir / "junit.xml", junit) else junit)
-                report = render_student_report(result, student=name, diagram=diagram)
-                write_text(student_dir / "report.html", report)
+                write_student(result, out / STUDENTS_DIR / name, name, diagram, junits[name])
             except Exception as exc:
-                rows[row_of[name]] = _report_failed(name, exc, out)
+                rows[row_of[name]] = _report_failed(name, exc, out, copies / str(row_of[name]))
                 results[name] = None
     write_text(out / "gradebook.csv", render_gradebook(rows, task_columns(results.values())))
     write_text(out / "index.html", render_class_report(results, rows, nearest, SIMILARITY_DIR))
     return rows
 
 
-def _report_failed(student: str, exc: Exception, out: Path) -> GradebookRow:
+def write_student(
+    result: GradeResult, student_dir: Path, student: str, diagram: Diagram | None, junit: Path | None = None
+) -> None:
+    """The grade of record's files of one student from their rescored ``result``, beside the cached
+    grading (``graded/``): results.json and its renderings, junit.xml and report.html.  The batch's
+    and the service's (``grader.service.workers``) alike.  ``junit``: the matrix run as its seal was
+    checked (``grader.seal.open_sealed``'s copy), else the cached one."""
+    junit = junit or student_dir / GRADED_DIR / "junit.xml"
+    # the matrix run rescoring never changes: copied when it is new, not again on every run
+    write_outputs(result, student_dir, None if _same_bytes(student_dir / "junit.xml", junit) else junit)
+    write_text(student_dir / "report.html", render_student_report(result, student=student, diagram=diagram))
+
+
+def _report_failed(student: str, exc: Exception, out: Path, copy: Path) -> GradebookRow:
     """The row of a student whose cached grading could not be scored or reported: the reason and the
-    path, never the class stopped.  A fault of the machine (no space, read-only) is re-raised."""
+    path (in the cache, not in its private ``copy``), never the class stopped.  A fault of the machine
+    (no space, read-only) is re-raised."""
     if environment_fault(exc, out):
         raise exc
     where = getattr(exc, "filename", None)
     why = f"{where}: {exc}" if where and str(where) not in str(exc) else str(exc)
-    again = out / "students" / student
+    again = out / STUDENTS_DIR / student
+    why = why.replace(str(copy), str(again))
     message = f"could not be scored or reported ({type(exc).__name__}: {why}): remove {again} and run the batch again"
     return gradebook_row(student, GRADER_ERROR, None, message, [REPORT_FAILED])
 
 
-def _flag_duplicates(rows: list[GradebookRow], out: Path) -> None:
+def _flag_duplicates(rows: list[GradebookRow], keys: Mapping[str, dict[str, Any] | None]) -> None:
     """Flag students whose graded files are the same as another's (a copy, or a symlink to another's
-    folder): each is graded, as their own, and the instructor is told whose files they share."""
+    folder), by their sealed cache keys: each is graded, as their own, and the instructor is told
+    whose files they share."""
     by_digest: dict[str, list[GradebookRow]] = {}
     for row in rows:
-        key = read_json(out / "students" / row.student / GRADED_DIR / KEY_FILE) if row.status == GRADED else None
+        key = keys.get(row.student) if row.status == GRADED else None
         if isinstance(key, dict) and isinstance(key.get("submission"), str):
             by_digest.setdefault(key["submission"], []).append(row)
     for same in by_digest.values():

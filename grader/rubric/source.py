@@ -103,15 +103,16 @@ def dotted(path: KeyPath) -> str:
     return out or "rubric"
 
 
-@functools.lru_cache(maxsize=1)
-def _validator() -> Draft202012Validator:
-    schema = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "rubric.schema.json").read_text())
-    return Draft202012Validator(schema)
+@functools.lru_cache(maxsize=4)
+def _validator(schema: str) -> Draft202012Validator:
+    return Draft202012Validator(json.loads((Path(__file__).resolve().parent.parent / "schemas" / schema).read_text()))
 
 
-def schema_errors(data: Any, positions: Positions) -> list[Error]:
+def schema_errors(data: Any, positions: Positions, schema: str = "rubric.schema.json") -> list[Error]:
+    """Every way ``data`` breaks ``schema`` (a file of ``grader/schemas``), each at its line: the rubric's
+    and the service configuration's (``grader.service.config``) alike."""
     errors = [positions.error(p, f"duplicate key {p[-1]!r}", key=True) for p in positions.duplicates]
-    for err in _validator().iter_errors(data):
+    for err in _validator(schema).iter_errors(data):
         path: KeyPath = tuple(err.absolute_path)
         if err.validator == "additionalProperties" and isinstance(err.instance, dict):
             known = err.schema.get("properties", {})

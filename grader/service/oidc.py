@@ -1,0 +1,135 @@
+"""GitHub Actions' proof of who is asking: the job's OIDC token, checked against the issuer's keys.
+
+A workflow with ``permissions: id-token: write`` asks GitHub for a JWT naming the repository, its
+owner and the commit the job runs on, signed with GitHub's key (RS256).  The service checks the
+signature against the configured JWKS, then ``iss``, ``aud``, ``exp`` and ``nbf``, that
+``repository_owner`` is one of the course's organisations and that ``repository`` is
+``<owner>/<repo_prefix><student>``; the student is the name after the prefix.  Nothing in the
+student's workflow file can change any of these: a student who edits it still gets a token for their
+own repository and commit, and the service grades that commit itself.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grader.service.config import OidcConfig, valid_student
+from grader.service.refusal import Refused
+
+JWKS_TTL_S = 600.0  # a JWKS URL is fetched again after this long, or at once for an unknown key id
+LEEWAY_S = 30  # clock skew allowed on exp and nbf
+MAX_TOKEN_BYTES = 16 << 10
+
+
+@dataclass(frozen=True)
+class Claims:
+    """What a verified token says about the push."""
+
+    repository: str
+    owner: str
+    sha: str
+    jti: str | None
+
+
+def looks_like_jwt(token: str) -> bool:
+    return token.count(".") == 2
+
+
+class Verifier:
+    """Checks tokens against the configuration's issuer; the JWKS is read once and kept (a URL is
+    fetched again after :data:`JWKS_TTL_S`, or when a token names a key it does not hold)."""
+
+    def __init__(self, config: OidcConfig) -> None:
+        self.config = config
+        self._keys: Any = None
+        self._fetched = 0.0
+        self._lock = threading.Lock()
+
+    def _key_set(self, refresh: bool = False) -> Any:
+        from joserfc.jwk import KeySet
+
+        with self._lock:
+            stale = time.monotonic() - self._fetched > JWKS_TTL_S
+            if self._keys is None or refresh or (stale and _is_url(self.config.jwks)):
+                self._keys = KeySet.import_key_set(_read_jwks(self.config.jwks))
+                self._fetched = time.monotonic()
+            return self._keys
+
+    def verify(self, token: str) -> Claims:
+        """The token's claims once every check passed; :class:`Refused` (401 or 403) naming the first
+        that did not."""
+        from joserfc import jwt
+        from joserfc.errors import BadSignatureError, ExpiredTokenError, JoseError
+        from joserfc.jwt import JWTClaimsRegistry
+
+        if len(token) > MAX_TOKEN_BYTES:
+            raise Refused(401, "bad_token", "the token is too long to be an OIDC token")
+        try:
+            try:
+                decoded = jwt.decode(token, self._key_set(), algorithms=["RS256"])
+            except (ValueError, JoseError) as first:
+                if _is_url(self.config.jwks) and "kid" in str(first).lower():
+                    decoded = jwt.decode(token, self._key_set(refresh=True), algorithms=["RS256"])
+                else:
+                    raise
+        except BadSignatureError:
+            raise Refused(401, "bad_signature", "the token's signature does not match the issuer's keys") from None
+        except (ValueError, JoseError) as exc:
+            raise Refused(401, "bad_token", f"the token cannot be verified: {_plain(exc)}") from None
+        claims = decoded.claims
+        registry = JWTClaimsRegistry(
+            leeway=LEEWAY_S,
+            iss={"essential": True, "value": self.config.issuer},
+            aud={"essential": True, "value": self.config.audience},
+            exp={"essential": True},
+        )
+        try:
+            registry.validate(claims)
+        except ExpiredTokenError:
+            raise Refused(401, "expired_token", "the token has expired: run the workflow again") from None
+        except JoseError as exc:
+            claim = getattr(exc, "claim", "")
+            code = {"iss": "wrong_issuer", "aud": "wrong_audience", "nbf": "token_not_yet_valid"}.get(
+                claim, "bad_token"
+            )
+            raise Refused(401, code, f"the token's {claim or 'claims'} are refused: {_plain(exc)}") from None
+        owner, repository, sha = (claims.get(k) for k in ("repository_owner", "repository", "sha"))
+        if not all(isinstance(v, str) and v for v in (owner, repository, sha)):
+            raise Refused(401, "bad_token", "the token names no repository_owner, repository or sha")
+        assert isinstance(owner, str) and isinstance(repository, str) and isinstance(sha, str)
+        if owner not in self.config.owners:
+            raise Refused(403, "wrong_owner", f"repositories of {owner!r} are not graded by this service")
+        jti = claims.get("jti")
+        return Claims(repository, owner, sha.lower(), str(jti) if jti is not None else None)
+
+
+def student_of(claims: Claims, repo_prefix: str, assignment: str) -> str:
+    """The student a repository belongs to: the name after ``<owner>/<repo_prefix>``."""
+    owner, _, name = claims.repository.partition("/")
+    student = name[len(repo_prefix) :] if owner == claims.owner and name.startswith(repo_prefix) else ""
+    if not valid_student(student):
+        raise Refused(403, "wrong_repository", f"{claims.repository} is not a repository of assignment {assignment}")
+    return student
+
+
+def _is_url(jwks: str) -> bool:
+    return jwks.startswith(("https://", "http://"))
+
+
+def _read_jwks(jwks: str) -> Any:
+    if _is_url(jwks):
+        import httpx
+
+        response = httpx.get(jwks, timeout=10.0, follow_redirects=True)
+        response.raise_for_status()
+        return response.json()
+    return json.loads(Path(jwks).read_text(encoding="utf-8"))
+
+
+def _plain(exc: Exception) -> str:
+    return (getattr(exc, "description", None) or str(exc) or type(exc).__name__).rstrip(".")

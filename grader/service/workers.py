@@ -1,0 +1,227 @@
+"""The warm engine that works the queue: the batch's own graders, one submission at a time per worker.
+
+Each assignment has a ``grader.batch.workers.Grader`` (or, with ``cluster:``, the batch's
+``ClusterGrader``) over ``state_dir/assignments/<id>/submissions/``, one "student" per submission
+id, its source the submission's bare repository and its submission time the receipt.  So a submission
+is graded exactly as ``grader batch`` grades a student, by the same ``grader grade`` forked from the
+same warm grade and host servers, with the grade of record's salt, sealed in the same cache; then
+scored under the assignment's rubric, deadline and late policy (``grader.rescore``), and its files
+written as the batch writes a student's (``grader.batch.write_student``).
+
+``workers`` threads each claim a row (``grader.service.queue``), grade it and record the outcome; a
+heartbeat thread renews their leases.  A grade already in the cache under the same key (the service
+died after it finished, before the outcome was recorded) is not run again; a grade killed by a
+signal under a worker is given back to the queue, charged nothing, up to :data:`MAX_ATTEMPTS`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.batch import write_student
+from grader.batch.roster import Student
+from grader.batch.workers import GRADED_DIR, Grader, load_outcome, warm
+from grader.errors import UserError
+from grader.gradebook import GRADED as OUTCOME_GRADED
+from grader.pack import load_pack
+from grader.rescore import rescore
+from grader.results import GradeResult
+from grader.seal import load_key
+from grader.service import queue
+from grader.service.config import Assignment, ServiceConfig
+from grader.service.db import GRADED, QUEUED, ScoredUnder, Submission
+from grader.service.intake import repo_path
+from grader.service.tokens import secret_file
+
+log = logging.getLogger("grader.service")
+
+MAX_ATTEMPTS = 3  # claims of one submission whose grade was killed under it before it is an error
+IDLE_POLL_S = 0.5  # an idle worker looks at the queue again after this long
+
+
+def submission_dir(config: ServiceConfig, assignment: str, sid: str) -> Path:
+    """A submission's grading (``graded/``) and the grade of record's files: results.json, report.html."""
+    return config.state_dir / "assignments" / assignment / "submissions" / sid
+
+
+def iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+class Engine:
+    """``workers`` grading threads over the queue, and the heartbeat that keeps their claims theirs."""
+
+    def __init__(self, config: ServiceConfig, sessions: sessionmaker[Session]) -> None:
+        self.config = config
+        self.sessions = sessions
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        salt = secret_file(config.secret_file)
+        key = load_key(config.seal_key, config.state_dir / "assignments")
+        command = [sys.executable, "-m", "grader", "grade"]
+        self.graders: dict[str, Grader] = {}
+        for assignment in config.assignments.values():
+            students_dir = config.state_dir / "assignments" / assignment.id / "submissions"
+            students_dir.mkdir(parents=True, exist_ok=True)
+            self.graders[assignment.id] = Grader(
+                students_dir,
+                assignment.rubric,
+                command,
+                [],
+                config.grade_timeout_s,
+                False,
+                rubric_file=assignment.rubric_file,
+                salt=salt,
+                seal_key=key,
+            )
+        self.diagrams = {a.id: load_pack(a.rubric.assignment.pack).diagram for a in config.assignments.values()}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._claimed: set[str] = set()
+        self._lock = threading.Lock()
+        self._client: contextlib.ExitStack | None = None
+
+    # --- life -------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Rescore what a scoring change left stale, then grade until the block ends."""
+        self.rescore_stale()
+        with self._engine():
+            threads = self.config.workers if self.config.cluster is None else max(self.config.workers, 8)
+            self._threads = [
+                threading.Thread(target=self._work, name=f"grade-{i}", daemon=True) for i in range(threads)
+            ]
+            self._threads.append(threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True))
+            for thread in self._threads:
+                thread.start()
+            try:
+                yield
+            finally:
+                self._stop.set()
+                for grader in self.graders.values():
+                    grader.stop()
+                for thread in self._threads:
+                    thread.join(timeout=30)
+
+    @contextlib.contextmanager
+    def _engine(self) -> Iterator[None]:
+        """Warm grade and host servers shared by every assignment's grader (the batch's), or a Dask
+        client and ``ClusterGrader``s in their place."""
+        if self.config.cluster is not None:
+            from grader.batch.cluster import ClusterGrader, connect, parse_cluster
+
+            spec = parse_cluster(self.config.cluster)
+            with connect(spec, None, self.config.workers, sys.stderr, True) as client:
+                for aid, local in list(self.graders.items()):
+                    self.graders[aid] = ClusterGrader(
+                        local.students_dir, local.rubric, local.command, local.options, local.timeout, False,
+                        rubric_file=local.rubric_file, salt=local.salt, seal_key=local.seal_key,
+                        client=client, send=spec.kind == "scheduler", warm=True,
+                    )  # fmt: skip
+                yield
+            return
+        first, *others = self.graders.values()
+        with warm(first, sys.platform.startswith("linux")):
+            for grader in others:
+                grader.hosts, grader.grades = first.hosts, first.grades
+            yield
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.config.lease_s / 3):
+            with self._lock:
+                claimed = list(self._claimed)
+            try:
+                queue.heartbeat(self.sessions, self.owner, claimed, self.config.lease_s)
+            except Exception:  # the database away a moment: the next beat tries again
+                log.exception("heartbeat failed")
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            try:
+                row = queue.claim(self.sessions, self.owner, self.config.lease_s)
+            except Exception:
+                log.exception("claim failed")
+                row = None
+            if row is None:
+                self._stop.wait(IDLE_POLL_S)
+                continue
+            with self._lock:
+                self._claimed.add(row.id)
+            try:
+                self.grade(row)
+            except KeyboardInterrupt:  # stopping: the claim's lease runs out and another worker takes it
+                return
+            except Exception as exc:
+                log.exception("grading %s failed", row.id)
+                if not self._stop.is_set():
+                    queue.finish(self.sessions, row.id, self.owner, error=f"the service failed to grade it: {exc!r}")
+            finally:
+                with self._lock:
+                    self._claimed.discard(row.id)
+
+    # --- one submission ---------------------------------------------------------------------------
+
+    def grade(self, row: Submission) -> None:
+        """Grade ``row`` (claimed by this engine), score it, write its files, record the outcome."""
+        assignment = self.config.assignments.get(row.assignment)
+        if assignment is None:
+            queue.finish(self.sessions, row.id, self.owner, error=f"assignment {row.assignment} is no longer served")
+            return
+        student = Student(row.id, str(repo_path(self.config, row.assignment, row.id)), iso(row.received_at))
+        self.graders[row.assignment].process(student)
+        if self._stop.is_set():
+            raise KeyboardInterrupt
+        here = submission_dir(self.config, row.assignment, row.id)
+        outcome = load_outcome(here)
+        if outcome.status != OUTCOME_GRADED:
+            killed = outcome.returncode is not None and outcome.returncode < 0
+            if killed and row.attempts < MAX_ATTEMPTS:
+                log.warning("grade of %s killed (%s): back to the queue", row.id, outcome.returncode)
+                queue.release(self.sessions, row.id, self.owner)
+            else:
+                queue.finish(self.sessions, row.id, self.owner, error=outcome.message or outcome.status)
+            return
+        result = self.write(assignment, row, here)
+        queue.finish(self.sessions, row.id, self.owner, score=result.score, max_score=result.max_score)
+
+    def write(self, assignment: Assignment, row: Submission, here: Path) -> GradeResult:
+        """Score the cached grading under the assignment's scoring now and write the grade of record."""
+        result = rescore(here / GRADED_DIR, assignment.rubric)
+        write_student(result, here, row.student, self.diagrams[assignment.id])
+        return result
+
+    def rescore_stale(self) -> None:
+        """Every graded submission of an assignment whose rubric points, weights, deadline or late policy
+        changed since its files were written is scored again from its cached grading: nobody is graded
+        again.  A rubric whose matrix part changed cannot be rescored: those go back to the queue."""
+        for assignment in self.config.assignments.values():
+            with self.sessions.begin() as session:
+                seen = session.get(ScoredUnder, assignment.id)
+                if seen is not None and seen.digest == assignment.scoring_digest:
+                    continue
+                rows = session.scalars(
+                    select(Submission).where(Submission.assignment == assignment.id, Submission.status == GRADED)
+                ).all()
+                for row in rows:
+                    try:
+                        result = self.write(assignment, row, submission_dir(self.config, row.assignment, row.id))
+                    except UserError as exc:
+                        log.warning("%s: %s", row.id, exc)
+                        row.status, row.score, row.max_score = QUEUED, None, None
+                        continue
+                    row.score, row.max_score = result.score, result.max_score
+                session.merge(ScoredUnder(assignment=assignment.id, digest=assignment.scoring_digest))
+            if rows:
+                log.info("%s: %d gradings rescored from the cache", assignment.id, len(rows))
