@@ -9,6 +9,7 @@ EXTRAS=dev,cluster,similarity,docs,service bash scripts/install.sh  # cluster: D
 bash scripts/install-chromium.sh
 bash scripts/install-actionlint.sh
 bash scripts/install-slurm.sh  # a real single-node Slurm for tests/test_batch_slurm.py
+bash scripts/install-postgres.sh  # a real PostgreSQL for the service's database tests (tests/postgres.py)
 ruff check .
 ruff format --check .
 # mypy on a fresh clone (no cache) takes about a minute of one core: it runs beside pytest, which keeps
