@@ -77,6 +77,8 @@ def flags_for(status: str, result: GradeResult | None) -> list[str]:
             flags.add("review")
         if any(item.status == ItemStatus.MANUAL for item in result.items()):
             flags.add("manual")
+        # a student file graded from a subfolder, or chosen over other files (results.FILE_IN_SUBFOLDER, FILE_CHOSEN)
+        flags |= {flag for chosen in result.submission.chosen for flag in chosen.flags}
     return sorted(flags)
 
 

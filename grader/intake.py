@@ -18,14 +18,18 @@ Where the files are looked for (the *search rule*):
    single repo directory a GitHub Classroom download or a zipped folder wraps the work in.  Two
    candidates at the same depth are a :class:`~grader.errors.UserError` (a class folder passed for
    one submission).
-3. Where no student file has its name and the rubric says what the hand-in holds (``hand_in``),
-   the files below ``<root>`` with a student file's suffix are the candidates
-   (:mod:`grader.candidates`): the only one is taken, of several the one holding the most of the
-   handout's definitions or headings, and a note says which was read and why; without any, the
+3. Where the rubric says what the hand-in holds (``hand_in``: HW12's notebook, A4's script, A5's
+   report), names decide nothing: ``<root>`` is the submission (below any folders that only wrap
+   one folder), every file below it with a student file's suffix is a candidate, whatever its
+   name, folder or archive, and :mod:`grader.candidates` takes one by what it holds (never the
+   pack's untouched starter over other work).  A note names the candidates, what decided and where
+   the taken file is, unless it was the only one and at ``<root>`` under the rubric's own name; one
+   from a subfolder or chosen over others is flagged (``SubmissionInfo.chosen``).  Without any, the
    student file is missing and the problem lists what the submission held.
 4. A deliverable is taken from ``<root>/<name>``, else from the one file of that name anywhere
    below ``<root>``.  Deliverables sharing a stem (``x.md``/``x.pdf``) are alternatives: one of
-   them present is enough.
+   them present is enough.  A deliverable with a student file's name (A5's ``report.md``) is that
+   student file, found by rule 3.
 
 Nothing is ever read through a symbolic link: every path component is opened with ``O_NOFOLLOW``
 relative to its parent (:mod:`grader.nolinks`), so ``src -> /elsewhere`` is refused like
@@ -55,7 +59,7 @@ from grader import archives, candidates, gitread
 from grader.errors import UserError
 from grader.filenames import entries_named, name_matches
 from grader.nolinks import Refused, open_nofollow
-from grader.results import SubmissionInfo
+from grader.results import FILE_CHOSEN, FILE_IN_SUBFOLDER, ChosenFile, SubmissionInfo
 from grader.submission_time import SubmittedAt, resolve
 from grader.text import shown
 
@@ -97,6 +101,7 @@ class _Budget:
     looked_at: int = 0  # directory entries scanned, against MAX_ENTRIES
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # how a file was found, when not by its name
+    chosen: list[ChosenFile] = field(default_factory=list)  # files from a subfolder or chosen over others
 
     def note(self, problem: str) -> None:
         """Record a problem once, however many times it is met."""
@@ -123,7 +128,23 @@ def take(
         submitted_at=submitted_at,
         trust_commit_time=trust_commit_time,
         hand_in=rubric.hand_in,
+        starters=starter_prints(rubric),
     )
+
+
+def starter_prints(rubric: Rubric) -> frozenset[str]:
+    """:func:`grader.candidates.prints` of the rubric's pack's starter files of a student file's kind
+    (none without ``hand_in``, or where the pack ships no starter: a wheel does not)."""
+    from grader.manual_items import rubric_pack  # the pack registry, loaded only for a hand_in rubric
+
+    pack = rubric_pack(rubric) if rubric.hand_in is not None else None
+    suffixes = {PurePosixPath(name).suffix.lower() for name in rubric.student_files}
+    files: list[tuple[str, bytes]] = []
+    for place in pack.starter if pack is not None else ():
+        for path in sorted(place.rglob("*")) if place.is_dir() else [place]:
+            if path.suffix.lower() in suffixes and path.is_file():
+                files.append((path.name, path.read_bytes()))
+    return candidates.prints(files)
 
 
 def materialize(
@@ -136,14 +157,15 @@ def materialize(
     submitted_at: SubmittedAt | None = None,
     trust_commit_time: bool = False,
     hand_in: HandIn | None = None,
+    starters: frozenset[str] = frozenset(),
 ) -> Intake:
     """Build the sandbox ``dest`` (created; must not exist or be empty) from ``source``.
 
     ``deliverables`` holds each deliverable's alternative names (``("answers.md", "answers.pdf")``),
     reported missing only when none of them is there.  ``submitted_at`` is the most trusted time
     given by the caller (``grader.submission_time``); without one, the commit's date counts only
-    with ``trust_commit_time``.  ``hand_in`` recognises the student files under another name
-    (the search rule's 3).  Raises
+    with ``trust_commit_time``.  ``hand_in`` finds the student files by what they hold, and
+    ``starters`` tells the pack's starter files apart (the search rule's 3).  Raises
     :class:`UserError` only when nothing can be graded: the source does not exist, is an unreadable
     archive, cannot be fetched, or holds several submissions.
     """
@@ -156,8 +178,8 @@ def materialize(
         if hand_in is not None:  # a git repository exports every file of a student file's kind
             wanted += sorted({"*" + PurePosixPath(name).suffix for name in student_files})
         top, head = _unpack(str(source), Path(tmp), budget, wanted)
-        root = _find_root(top, student_files, budget)
-        files = _copy_all(root, student_files, deliverables, dest, budget, hand_in)
+        root = _root(top, student_files, budget, hand_in)
+        files = _copy_all(root, student_files, deliverables, dest, budget, hand_in, starters)
         if head is None and os.path.lexists(top / ".git"):  # a checkout: graded as in its working tree
             head = _checkout_head(top, root, files, budget)
     digests = {name: copied.digest for name, copied in sorted(files.items())}
@@ -172,6 +194,7 @@ def materialize(
         problems=list(budget.problems),
         submitted_at_source=when.source,
         notes=list(budget.notes),
+        chosen=list(budget.chosen),
     )
     present = frozenset(copied.rubric_name for copied in files.values())
     found = tuple(sorted(f for f in student_files if f in present))
@@ -186,8 +209,8 @@ def watched(directory: Path, rubric: Rubric) -> frozenset[Path]:
     student_files = list(rubric.student_files)
     deliverables = [d.any_of for d in rubric.deliverables.values()]
     budget = _Budget(rubric.limits.file_size_mb << 20, rubric.limits.submission_mb << 20)
-    root = _find_root(directory, student_files, budget)
-    located = _locate(root, student_files, deliverables, budget, rubric.hand_in)
+    root = _root(directory, student_files, budget, rubric.hand_in)
+    located = _locate(root, student_files, deliverables, budget, rubric.hand_in, starter_prints(rubric))
     first = {root / place for name, _, _ in located for place in (name, PurePosixPath(name).name) if "*" not in name}
     return frozenset(first | {root / found for _, found, _ in located if found is not None})
 
@@ -278,6 +301,20 @@ def _skipped(name: str) -> bool:
     return name.startswith(".") or name in _SKIP_DIRS
 
 
+def _root(top: Path, student_files: list[str], budget: _Budget, hand_in: HandIn | None) -> Path:
+    """Where the submission's files are: by the student files' names (rule 2), or, where content
+    decides (rule 3), below the folders that only wrap one folder (a Classroom download, a zipped folder)."""
+    if hand_in is None:
+        return _find_root(top, student_files, budget)
+    root = top
+    for _ in range(SEARCH_DEPTH):
+        entries = [e for e in _scan(root, budget) if not _skipped(e.name)]
+        if len(entries) != 1 or not entries[0].is_dir(follow_symlinks=False):
+            break
+        root = Path(entries[0].path)
+    return root
+
+
 def _find_root(top: Path, student_files: list[str], budget: _Budget) -> Path:
     """The shallowest directory holding a student file (see the search rule above)."""
     hits: list[tuple[int, Path]] = []
@@ -330,6 +367,7 @@ def _copy_all(
     dest: Path,
     budget: _Budget,
     hand_in: HandIn | None = None,
+    starters: frozenset[str] = frozenset(),
 ) -> dict[str, _Copied]:
     """Copy what the rubric names; return what was copied by its path in the sandbox."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -340,7 +378,7 @@ def _copy_all(
             package.mkdir(exist_ok=True)
             (package / "__init__.py").write_bytes(b"")
     copied: dict[str, _Copied] = {}
-    for name, found, sandbox_name in _locate(root, student_files, deliverables, budget, hand_in):
+    for name, found, sandbox_name in _locate(root, student_files, deliverables, budget, hand_in, starters):
         if found is not None and (digest := _copy_one(root, found, dest / sandbox_name, budget)) is not None:
             copied[sandbox_name] = _Copied(digest, name, found)
     present = {c.rubric_name for c in copied.values()}
@@ -357,22 +395,26 @@ def _locate(
     deliverables: list[tuple[str, ...]],
     budget: _Budget,
     hand_in: HandIn | None,
+    starters: frozenset[str] = frozenset(),
 ) -> list[tuple[str, str | None, str]]:
     """(rubric name, where it is below ``root`` or None, its name in the sandbox) for every file the
     rubric names: the search rule's 1, 3 and 4."""
-    names = [n for d in deliverables for n in d]
-    places = _find_deliverables(root, names, budget)
-    wanted = [(name, _student_path(root, name), name) for name in student_files]
-    if hand_in is not None and not any(found for _, found, _ in wanted):
-        recognised = _recognise(root, student_files, hand_in, budget)
+    if hand_in is None:
+        wanted = [(name, _student_path(root, name), name) for name in student_files]
+    else:
+        recognised = _recognise(root, student_files, hand_in, budget, starters)
         wanted = [(name, recognised.get(name), name) for name in student_files]
+    names = [n for d in deliverables for n in d if hand_in is None or n not in student_files]
+    places = _find_deliverables(root, names, budget)
     return wanted + [(name, places[name], PurePosixPath(places[name] or name).name) for name in names]
 
 
-def _recognise(root: Path, student_files: list[str], hand_in: HandIn, budget: _Budget) -> dict[str, str]:
+def _recognise(
+    root: Path, student_files: list[str], hand_in: HandIn, budget: _Budget, starters: frozenset[str]
+) -> dict[str, str]:
     """The student file (by suffix) -> the submission's file taken for it, by what it holds (the
-    search rule's 3); the choice and its reason are a note, and where none fits the problem lists
-    what was there."""
+    search rule's 3); the choice and its reason are a note, a flag where an instructor should look,
+    and where none fits the problem lists what was there."""
     by_suffix = {PurePosixPath(name).suffix.lower(): name for name in student_files}
     given = {name.lower() for name in hand_in.given}
     seen: list[str] = []
@@ -390,7 +432,7 @@ def _recognise(root: Path, student_files: list[str], hand_in: HandIn, budget: _B
                 continue
             data = _read_candidate(root, path, budget)
             if data is not None:
-                found.append(candidates.read(path, data, hand_in.holds))
+                found.append(candidates.read(path, data, hand_in.holds, starters))
     kinds = " or ".join(sorted(by_suffix)) + " files"
     choice = candidates.choose(found, hand_in.holds, kinds) if found else candidates.Choice(None, f"no {kinds} in it")
     if choice.taken is None:
@@ -398,9 +440,15 @@ def _recognise(root: Path, student_files: list[str], hand_in: HandIn, budget: _B
         more = f" and {len(seen) - candidates.LISTED} more" if len(seen) > candidates.LISTED else ""
         budget.note(f"the submission holds {listed}{more}: {choice.why}")
         return {}
-    name = by_suffix[PurePosixPath(choice.taken.path).suffix.lower()]
-    budget.notes.append(f"{name} was read from {shown(choice.taken.path)}: {choice.why}")
-    return {name: choice.taken.path}
+    taken = choice.taken
+    name = by_suffix[PurePosixPath(taken.path).suffix.lower()]
+    flags = [flag for flag, on in ((FILE_IN_SUBFOLDER, taken.folder), (FILE_CHOSEN, len(choice.rivals) > 1)) if on]
+    if flags:
+        over = [shown(c.path) for c in choice.rivals[1:]]
+        budget.chosen.append(ChosenFile(name, shown(taken.path), over, flags))
+    if flags or len(found) > 1 or taken.path != name:
+        budget.notes.append(f"{name} was read from {shown(taken.path)}: {choice.why}")
+    return {name: taken.path}
 
 
 def _read_candidate(root: Path, relpath: str, budget: _Budget) -> bytes | None:

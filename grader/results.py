@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 
 
 class Verdict(str, enum.Enum):
@@ -118,6 +118,23 @@ class TaskResult:
     bonus: bool = False
 
 
+#: Why an instructor should look at where a student file came from (:class:`ChosenFile`): the flags
+#: the gradebook carries too.
+FILE_IN_SUBFOLDER = "file_in_subfolder"  # graded from a folder below the hand-in's top
+FILE_CHOSEN = "file_chosen"  # chosen over other files that hold the handout's names
+
+
+@dataclass(frozen=True)
+class ChosenFile:
+    """A student file graded from where an instructor would not look first: from a subfolder, or
+    chosen over other candidates (:mod:`grader.candidates`); the note of the same file says why."""
+
+    file: str  # the rubric's name for it: "hw12.ipynb"
+    found: str  # where it was in the hand-in: "drafts/Copy of hw12.ipynb"
+    over: list[str] = field(default_factory=list)  # the other candidates holding the handout's names, best first
+    flags: list[str] = field(default_factory=list)  # FILE_IN_SUBFOLDER, FILE_CHOSEN
+
+
 @dataclass(frozen=True)
 class SubmissionInfo:
     source: str  # what the user passed: a path, archive or git URL
@@ -128,6 +145,7 @@ class SubmissionInfo:
     problems: list[str] = field(default_factory=list)  # refused/missing files, in plain words
     submitted_at_source: TimeSource = TimeSource.UNKNOWN
     notes: list[str] = field(default_factory=list)  # how a file was found when not by its name, and why
+    chosen: list[ChosenFile] = field(default_factory=list)  # files from a subfolder or chosen over others
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,18 @@ from collections.abc import Iterator, Mapping
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
-from grader.results import GradeResult, ItemResult, ItemStatus, Lateness, SubmissionInfo, TaskResult, TimeSource
+from grader.results import (
+    FILE_CHOSEN,
+    FILE_IN_SUBFOLDER,
+    ChosenFile,
+    GradeResult,
+    ItemResult,
+    ItemStatus,
+    Lateness,
+    SubmissionInfo,
+    TaskResult,
+    TimeSource,
+)
 
 #: Plain-text markers (no emoji: they render inconsistently in terminals and CI logs).
 STATUS_LABELS: dict[ItemStatus, str] = {
@@ -101,6 +112,16 @@ def late_text(result: GradeResult) -> str | None:
     late = result.late
     days = "day" if late.days_late == 1 else "days"
     return f"{late.days_late} {days} late: -{fmt_points(late.percent)}% (-{fmt_points(late.points)} points)"
+
+
+def chosen_text(chosen: ChosenFile) -> str:
+    """The flag on a student file graded from a subfolder or chosen over others, in words."""
+    why = []
+    if FILE_IN_SUBFOLDER in chosen.flags:
+        why.append("from a subfolder")
+    if FILE_CHOSEN in chosen.flags:
+        why.append(f"chosen over {', '.join(chosen.over)}")
+    return f"Graded {chosen.file} from {chosen.found}: {' and '.join(why)} (see the note on it)"
 
 
 def submitted_text(sub: SubmissionInfo) -> str | None:

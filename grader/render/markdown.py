@@ -14,6 +14,7 @@ from pathlib import Path
 from grader.render import (
     STATUS_LABELS,
     append_github_file,
+    chosen_text,
     earned_full,
     fmt_points,
     is_bonus,
@@ -49,6 +50,8 @@ def render_markdown(result: GradeResult, *, details: bool = True) -> str:
         blocks.append(f"**Late:** {escape(late)}")
     if result.submission.problems:
         blocks += ["## Submission problems", _bullets(escape(p) for p in result.submission.problems)]
+    if result.submission.chosen:
+        blocks += ["## Graded file", _bullets(escape(chosen_text(c)) for c in result.submission.chosen)]
     if result.notes:
         blocks += ["## Notes (not scored)", _bullets(escape(n) for n in result.notes)]
     if details:

@@ -44,6 +44,7 @@ def _provenance(result: GradeResult) -> str:
     facts.append(f"grader {escape(result.grader_version)}")
     facts.append(f"rubric <code>{escape(result.rubric_digest[:19])}</code>")
     problems = "".join(f"<li>{escape(p)}</li>" for p in sub.problems)
+    problems += "".join(f"<li><strong>{escape(render.chosen_text(c))}</strong></li>" for c in sub.chosen)
     problems += "".join(f"<li>{escape(n)} <span class=muted>(not scored)</span></li>" for n in result.notes)
     return f'<p class="muted small">{" · ".join(facts)}</p>' + (f"<ul class=small>{problems}</ul>" if problems else "")
 

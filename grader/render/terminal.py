@@ -13,6 +13,7 @@ from typing import TextIO
 
 from grader.render import (
     STATUS_LABELS,
+    chosen_text,
     fmt_points,
     isolation_off,
     late_text,
@@ -92,6 +93,7 @@ def _notes(result: GradeResult) -> list[str]:
     if late:
         notes.append(f"Late: {late}")
     notes += [f"Submission problem: {one_line(problem, 100)}" for problem in result.submission.problems]
+    notes += [f"Flag: {one_line(chosen_text(c), 100)}" for c in result.submission.chosen]
     notes += [f"Note (not scored): {one_line(note, 100)}" for note in result.notes]
     if result.findings:
         notes.append(f"Policy findings ({len(result.findings)}):")
