@@ -90,8 +90,16 @@ MIN_EXPLANATION_WORDS = 5  # the template's label ("Why:") is one
 
 
 def answer_sections(text: str) -> dict[str, str]:
-    """``{"Q1": text, ...}``: each answer runs from its heading to the next one (first one wins)."""
-    headings = list(_HEADING.finditer(text))
+    """``{"Q1": text, ...}``: each answer runs from its heading to the next one (first one wins).  The
+    heading's own question labelled again right under it (``## Q3`` then ``> **Q3:** ...``, the question
+    pasted) opens nothing: the answer runs on (issue 57)."""
+    headings: list[re.Match[str]] = []
+    for heading in _HEADING.finditer(text):
+        if headings and int(heading.group(1)) == int(headings[-1].group(1)):
+            line_end = text.find("\n", headings[-1].end())
+            if line_end < 0 or not text[line_end : heading.start()].strip():
+                continue
+        headings.append(heading)
     sections: dict[str, str] = {}
     for i, heading in enumerate(headings):
         start = text.find("\n", heading.end())  # the heading's own line is the question's title

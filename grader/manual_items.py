@@ -51,9 +51,9 @@ def _in_words(rubric: Rubric, root: Path) -> dict[str, str]:
         if not isinstance(item.scoring, CasesScoring):
             continue
         patterns = tuple(p for c in item.scoring.components if not c.advisory for p in c.match)
-        kinds = {kind_of.get(cid) for cid in rubric.case_ids if matches(patterns, cid)}
-        if len(kinds) == 1 and (kind := kinds.pop()) in words:
-            found[item.id] = words[kind or ""]
+        kinds = sorted(kind or "" for kind in {kind_of.get(cid) for cid in rubric.case_ids if matches(patterns, cid)})
+        if kinds and all(kind in words for kind in kinds):  # the kinds of one question (A5's Q8: two)
+            found[item.id] = words[kinds[0]]
     return found
 
 
@@ -101,6 +101,9 @@ class ManualItems:
         path = find_deliverable(self.root, self.rubric.deliverables[deliverable].any_of)
         if path is None:
             return False
+        pack = rubric_pack(self.rubric)
+        if pack is not None and pack.words is not None:  # as the pack reads it: code and a pasted question say nothing
+            return bool(pack.words(path, question).split())
         return bool(answer_sections(path.read_text(encoding="utf-8", errors="replace")).get(question, "").split())
 
     def instructors_score(self, item: Item, result: ItemResult, lines: list[str]) -> None:

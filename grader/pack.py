@@ -290,6 +290,10 @@ class AssignmentPack:
     #: item all of whose cases are of such kinds and earn nothing waits for an instructor
     #: (``pending_review``, the words quoted) instead of scoring 0 unread.
     review: Callable[[Path], dict[str, str]] | None = None
+    #: session side: ``words(deliverable's path, question)`` -> the student's own words under that question,
+    #: for a manual item's ``answer`` (A5: no code, answer form or pasted question text; issue 57).  None:
+    #: every word under the question's heading counts
+    words: Callable[[Path, str], str] | None = None
     #: what the similarity check compares of a submission: ``compared(submission root)`` -> its graded code;
     #: None: the definitions ``function_of`` names, out of the files of ``module_of``'s modules
     compared: Callable[[Path], list[CodePiece]] | None = None

@@ -109,8 +109,8 @@ grade naive reference/a9-naive 100  # the star algorithms: full marks and no bon
 a4zip=$(mktemp -d /tmp/ci-container-stage-a4.XXXXXX)/handin.zip
 "$PYTHON" -c 'import shutil, sys; shutil.make_archive(sys.argv[1][:-4], "zip", sys.argv[2])' "$a4zip" reference/a4
 grade a4 "$a4zip" 100 --pack a4
-# A5's hand-in is one report.md: 90 automatic points, Q1's 10 wait for an instructor (pending_review).
-grade a5 reference/a5 90 --pack a5
+# A5's hand-in is one report.md: 88 automatic points, Q1's 10 and Q7's explanation's 2 wait for an instructor.
+grade a5 reference/a5 88 --pack a5
 # HW12's hand-in is a notebook, graded on the threads runtime: the handout's 6.5 points.
 grade hw12 reference/hw12 6.5 --pack hw12
 built=()  # submissions made by a make.py: removed at the end, after the checks looked beside them
@@ -144,7 +144,7 @@ done
 # first: it once waited a second after each of its failed cases, and last it ran on alone.
 doors=()  # PACK:TREE:SCORE of every door grading started, its log and failure marker under $OUT/door-<n>
 for door in hw12:student_template/hw12:0+0 a9:reference/a9:105+5 a4:reference/a4:100+0 hw12:reference/hw12:6.5+0 \
-    a5:reference/a5:90+0 a9:student_template/a9:0+0 a4:student_template/a4:0+0 a5:student_template/a5:0+0; do
+    a5:reference/a5:88+0 a9:student_template/a9:0+0 a4:student_template/a4:0+0 a5:student_template/a5:0+0; do
     IFS=: read -r pack tree score <<<"$door"
     while [[ $(running) -ge $PARALLEL ]]; do wait -n "${gradings[@]}" 2>/dev/null || true; done
     say "grading $tree as the $pack template's Classroom workflow step runs it"

@@ -74,7 +74,8 @@ def graded(root: Path, manual: ManualScores | None = None) -> GradeResult:
 
 
 def test_only_a_code_question_answered_in_words_alone_is_found(submitted: Path) -> None:
-    assert review(submitted) == {"q7": Q7_WORDS}  # Q5 has code (graded as code); Q2 has nothing
+    # Q5 has code (graded as code); Q2 has nothing; Q7's words stand for both its kinds of case
+    assert review(submitted) == {"q7": Q7_WORDS, "q7_pipelined": Q7_WORDS}
 
 
 def test_code_asked_and_words_given_waits_for_an_instructor_who_reads_them(submitted: Path) -> None:

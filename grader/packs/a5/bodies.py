@@ -186,12 +186,15 @@ class Run:
         segments: tuple[str, ...],
         before: dict[str, Callable[[], None]] | None = None,
         checks: tuple[str, ...] = (),
+        first_loop_of: str = "",
     ) -> dict[str, bool]:
         """Run ``main``'s statements of ``segments`` in order, ``before[s]()`` ahead of segment s.  In
-        a ``checks`` segment an AssertionError is the answer (it is recorded, and the rest runs)."""
+        a ``checks`` segment an AssertionError is the answer (it is recorded, and the rest runs).  With
+        ``first_loop_of``, the run ends after that segment's first loop (Q8's forward loop, whoever
+        wrote it: every statement of it runs as written)."""
         raised: dict[str, bool] = {}
         done: set[str] = set()
-        for stmt in self.program.parts["main"]:
+        for stmt in self._statements(first_loop_of):
             name = segment(stmt)
             if name not in segments:
                 continue
@@ -206,6 +209,15 @@ class Run:
                     raise
                 raised[name] = True
         return raised
+
+    def _statements(self, first_loop_of: str) -> list[ast.stmt]:
+        statements = self.program.parts["main"]
+        if not first_loop_of:
+            return statements
+        loops = [
+            i for i, s in enumerate(statements) if segment(s) == first_loop_of and isinstance(s, ast.For | ast.While)
+        ]
+        return statements[: loops[0] + 1] if loops else statements
 
 
 ARGS = (
@@ -284,22 +296,51 @@ def _q5(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
     return {"layers": _ints(flat)}
 
 
-def _pipelined(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
-    """The pipelined forward and backward with the case's snippet (Q6's, Q7's or Q8's): the last
-    stage's outputs and every stage's gradients.  The baseline never runs; data past the first stage
-    is NaN, so a stage that reads the dataloader (Q6) but should receive its input computes NaN."""
-    run = Run(student, params, t)
+def _poisoned(run: Run) -> Callable[[], None]:
+    """Before the data segment's input is split: data past the first stage becomes NaN, so a stage that
+    reads the dataloader (Q6) but should receive its input computes NaN."""
 
     def poison_data() -> None:
         if dist.get_rank() > 0:
             run.ns["input"] = tuple(torch.full_like(x, float("nan")) for x in run.ns["input"])
 
+    return poison_data
+
+
+def _pipelined(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
+    """The pipelined forward and backward with the case's snippet (Q6's, Q7's or Q8's): every stage's
+    gradients, and but for Q8 (whose outputs are its forward case's) the last stage's outputs.  The
+    baseline never runs."""
+    run = Run(student, params, t)
     with torch.enable_grad():
-        run.run((*UP_TO_Q3, "stage", "q6", "q8"), before={"model": poison_data})
+        run.run((*UP_TO_Q3, "stage", "q6", "q8"), before={"model": _poisoned(run)})
     reply = _grads(list(run.ns["model_stage"].pp_stage_layers))
-    if dist.get_rank() == dist.get_world_size() - 1:
+    if dist.get_rank() == dist.get_world_size() - 1 and params.get("outputs", True):
         reply["out"] = _outputs(run.ns.get("output_tensors_pp"), "output_tensors_pp")
     return reply
+
+
+def _forward(student: Any, params: dict[str, Any], t: Tensors) -> Tensors:
+    """Q8's forward alone: the run through Q8's forward loop, the student's lines in it as written.  The
+    last stage's outputs are what the trusted stage's last layer returned, each call's taken by a hook
+    the grader put on that layer before any of Q8 ran (never the student's list or prints), one per
+    micro-batch; they are sent to the session, which compares them with its baseline."""
+    run = Run(student, params, t)
+    taken: list[torch.Tensor] = []
+
+    def take_outputs() -> None:
+        last = run.ns["model_stage"].pp_stage_layers[-1]
+        last.register_forward_hook(lambda _module, _args, output: taken.append(output.detach().float().clone()))
+
+    with torch.enable_grad():
+        run.run(
+            (*UP_TO_Q3, "stage", "q6", "q8"), before={"model": _poisoned(run), "q8": take_outputs}, first_loop_of="q8"
+        )
+    if dist.get_rank() != dist.get_world_size() - 1:
+        return {}
+    if not taken:
+        raise TypeError("the last stage's layers never ran in Q8's forward loop")
+    return {"out": torch.stack(taken)}
 
 
 class _Posting(types.ModuleType):
@@ -382,6 +423,7 @@ BODIES = {
     "q6": _pipelined,
     "q7": _operation,
     "q7_pipelined": _pipelined,
+    "q8_forward": _forward,
     "q8": _pipelined,
     "q9": _check("Q9"),
     "q10": _check("Q10"),

@@ -16,9 +16,11 @@ PIPELINES = ((4, 12, 16, 2), (2, 4, 8, 2), (2, 6, 12, 4), (3, 6, 12, 2), (3, 9, 
 #: (layers, stages) that divide evenly, and those that do not ("as evenly as possible")
 EVEN_PAIRS = tuple((k * s, s) for s in (1, 2, 3, 4, 6, 8) for k in (1, 2, 3, 5))
 UNEVEN_PAIRS = tuple((layers, s) for s in (2, 3, 4, 8) for layers in range(s + 1, 3 * s) if layers % s)
-#: Q2's argument sets (pp, global batch, micro-batch, layers) and whether the assertions must raise
+#: Q2's argument sets (pp, global batch, micro-batch, layers) that meet both conditions
+BALANCED = ((4, 16, 2, 12), (2, 16, 2, 4), (3, 24, 4, 9))
+#: Q2's argument sets that break one condition, by case: each case also holds ``BALANCED``, so that
+#: accepting valid arguments is a condition of its credit, never credit on its own (issue 57)
 ASSERTION_ARGS = {
-    "balanced": ((4, 16, 2, 12), (2, 16, 2, 4), (3, 24, 4, 9)),
     "unbalanced": ((4, 16, 2, 10), (3, 24, 2, 8), (2, 16, 2, 5)),
     "few-microbatches": ((4, 6, 2, 12), (4, 4, 4, 8), (3, 4, 2, 6)),
 }
@@ -28,7 +30,8 @@ OPERATIONS = ("recv_forward", "send_forward", "recv_backward", "send_backward")
 
 #: What each kind exercises, by the question the report answers it under (the rubric's items).  Q7 has
 #: two kinds: each operation called alone (its condition judged apart, what pays) and the whole pipeline
-#: with the student's function (feedback); a hang of the one is not a hang of the other.
+#: with the student's function (feedback); a hang of the one is not a hang of the other.  Q8 has two:
+#: its forward loop alone (the last stage's outputs) and the whole schedule (every stage's gradients).
 FUNCTION_OF = {
     "q2": "Q2 assertions",
     "q3": "Q3 tensor_shapes",
@@ -37,6 +40,7 @@ FUNCTION_OF = {
     "q6": "Q6 dataloader",
     "q7": "pipeline_communicate, one operation alone",
     "q7_pipelined": "pipeline_communicate in the pipeline",
+    "q8_forward": "Q8 pipelined forward",
     "q8": "Q8 pipelined forward and backward",
     "q9": "Q9 output check",
     "q10": "Q10 gradient check",
@@ -73,7 +77,7 @@ NAN_HINT = (
 
 def all_cases() -> list[Case]:
     cases = [
-        Case("test_assertions", name, 1, "q2", {"args": [list(a) for a in args], **_args(4, 12, 16, 2)})
+        Case("test_assertions", name, 1, "q2", {"args": [list(a) for a in (*args, *BALANCED)], **_args(4, 12, 16, 2)})
         for name, args in ASSERTION_ARGS.items()
     ]
     cases += [Case("test_tensor_shapes", _id(1, *p[1:]), 1, "q3", _args(1, *p[1:])) for p in PIPELINES[:3]]
@@ -87,8 +91,15 @@ def all_cases() -> list[Case]:
         for operation in OPERATIONS
         for pp in (2, 3, 4)
     ]
-    for test, kind in (("test_communicate", "q7_pipelined"), ("test_pipelined", "q8")):
-        cases += [Case(test, _id(*p), p[0], kind, {**_args(*p), **engine_params(nan_hint=NAN_HINT)}) for p in PIPELINES]
+    for test, kind in (
+        ("test_communicate", "q7_pipelined"),
+        ("test_pipelined_forward", "q8_forward"),
+        ("test_pipelined", "q8"),
+    ):
+        own = {"outputs": False} if kind == "q8" else {}  # Q8's outputs are its forward case's
+        cases += [
+            Case(test, _id(*p), p[0], kind, {**_args(*p), **own, **engine_params(nan_hint=NAN_HINT)}) for p in PIPELINES
+        ]
     for test, kind in (("test_output_check", "q9"), ("test_gradient_check", "q10")):
         cases += [Case(test, _id(*p), p[0], kind, _args(*p)) for p in (PIPELINES[0], PIPELINES[1], PIPELINES[3])]
     return cases

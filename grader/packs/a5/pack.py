@@ -6,10 +6,13 @@ Session side only (the zygote imports ``grader.packs.a5.bodies`` and nothing of 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grader.pack import AssignmentPack, Case, CodePiece, bundled_rubric, bundled_starter, lazy
 from grader.packs.a5 import catalog
+
+if TYPE_CHECKING:
+    from grader.handin.report import Report
 
 HERE = Path(__file__).resolve().parent
 REPORT = "report.md"
@@ -25,16 +28,21 @@ def _case_data(case: Case, root: Path) -> dict[str, Any]:
     return program(text, catalog.question(case.kind))
 
 
+def _read(path: Path) -> Report | None:
+    """The report as A5 reads it (its questions' pasted text answers nothing), or None without one."""
+    from grader.packs.a5.questions import read
+
+    return read(path.read_text(encoding="utf-8", errors="replace")) if path.is_file() else None
+
+
 def feedback(root: Path) -> list[str]:
     """Per code question, what the report holds and where the grader placed it, or why it could not.
     Reads and parses the report only (its code runs in the ranks, never here)."""
-    from grader.handin.report import read_report
     from grader.packs.a5.splice import splice
 
-    path = root / REPORT
-    if not path.is_file():
+    report = _read(root / REPORT)
+    if report is None:
         return [f"{REPORT} is missing: no snippet was placed"]
-    report = read_report(path.read_text(encoding="utf-8", errors="replace"))
     spliced = splice(report)
     notes = [f"{REPORT}: {problem}" for problem in report.problems]
     for question, placement in spliced.placements.items():
@@ -47,14 +55,12 @@ def review(root: Path) -> dict[str, str]:
     """Per code question answered in words only (prose under its heading, no code block a snippet could
     come from), the words, for an instructor to read: "the four conditions" stated in a sentence are
     an answer a person can mark, and scoring them 0 unread would not be.  Reads the report only."""
-    from grader.handin.report import read_report
     from grader.packs.a5.snippets import NOT_PYTHON
     from grader.packs.a5.splice import CODE_QUESTIONS
 
-    path = root / REPORT
-    if not path.is_file():
+    report = _read(root / REPORT)
+    if report is None:
         return {}
-    report = read_report(path.read_text(encoding="utf-8", errors="replace"))
     words: dict[str, str] = {}
     for question in CODE_QUESTIONS:
         answer = report.answer(question)
@@ -62,8 +68,18 @@ def review(root: Path) -> dict[str, str]:
             continue
         if any(block.info.split(" ")[0].lower() not in NOT_PYTHON for block in answer.code):
             continue  # code was given: it is graded as code, right or wrong
-        words[question.lower()] = answer.prose.strip()
+        for kind in catalog.FUNCTION_OF:  # every kind that grades the question (Q8: forward and backward)
+            if catalog.question(kind) == question:
+                words[kind] = answer.prose.strip()
     return words
+
+
+def words(path: Path, question: str) -> str:
+    """The student's own words under ``question`` of the report at ``path`` (a manual item's answer):
+    neither code, an answer form, a comment, nor the question's text pasted under its heading."""
+    report = _read(path)
+    answer = report.answer(question) if report is not None else None
+    return answer.prose if answer is not None else ""
 
 
 def _compared(root: Path) -> list[CodePiece]:
@@ -88,6 +104,7 @@ PACK = AssignmentPack(
     judge=lazy("grader.packs.a5.judge:judge"),
     feedback=feedback,
     review=review,
+    words=words,
     case_data=_case_data,
     compared=_compared,
     # the handout's report (its snippets) and the course's starter the snippets are spliced into

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from grader.handin.report import Report, read_report
 from grader.packs.a5 import tree
+from grader.packs.a5.questions import read
 from grader.packs.a5.snippets import Parsed, defines, parse_blocks, same
 from grader.packs.a5.tree import segment
 
@@ -433,7 +434,7 @@ def program(report: str | None, question: str) -> dict[str, str]:
 def _program(report: str | None, question: str) -> dict[str, str]:
     if report is None:
         return {"unplaced": "report.md is missing from the submission"}
-    spliced = splice(read_report(report), (question,), others=_solution())
+    spliced = splice(read(report), (question,), others=_solution())
     placement = spliced.placements[question]
     if not placement.placed:
         return {"unplaced": f"{question}: {placement.message}"}

@@ -31,6 +31,10 @@ def test_communicate(case, check):
     check(case)
 
 
+def test_pipelined_forward(case, check):
+    check(case)
+
+
 def test_pipelined(case, check):
     check(case)
 
