@@ -159,6 +159,16 @@ def main() -> None:
         metavar="SCORE",
         help="grade once as the workflow does; fail unless SCORE (e.g. 105+5: points, bonus included, + bonus)",
     )
+    parser.add_argument(
+        "--service",
+        action="store_true",
+        help="with --expect: the step's service mode against a local grader serve and OIDC issuer",
+    )
+    parser.add_argument(
+        "--without-docker",
+        action="store_true",
+        help="with --service: run the image's command (grader submit) on this host through a docker shim",
+    )
     args = parser.parse_args()
     submission = args.submission.resolve()
     script = grading_step(args.pack)
@@ -184,24 +194,12 @@ def main() -> None:
             options = ["--security-opt", f"seccomp={profile}", *options]
             script = script.replace("docker run ", f"docker run --security-opt seccomp={profile} ", 1)
         if args.expect is not None:  # the step verbatim, Docker's default seccomp included: what Classroom runs
-            Path(env["GITHUB_OUTPUT"]).write_text("")
-            timed(["bash", "-eo", "pipefail", "-c", script], env)
-            out = Path(env["RUNNER_TEMP"]) / "grader-out"
-            _, score = grade_facts(out)
-            points, most = reporter_points(Path(env["GITHUB_OUTPUT"]))
-            graded = json.loads((out / "results.json").read_text())
-            print(
-                f"the {args.pack} Classroom workflow scored {submission} {score}; reporter: Points {points:g}/{most:g}"
-            )
-            if score != args.expect:
-                cases = [c for c in graded["cases"] if c["verdict"] != "pass"]
-                lost = [f"{c['id']}: {c['verdict']}: {c['message'][:400]}" for c in cases]
-                raise SystemExit(
-                    f"expected {args.expect}: the Classroom path does not grade as the host does; the cases that"
-                    " did not pass:\n" + "\n".join(lost)
-                )
-            if (points, most) != (to_cents(graded["score"]) / 100, float(graded["max_score"])):
-                raise SystemExit(f"the reporter would send {points!r}/{most:g}, the grader scored {graded['score']}")
+            if args.service:
+                service_door(script, env, work, submission, args.pack, shim=args.without_docker)
+            else:
+                Path(env["GITHUB_OUTPUT"]).write_text("")
+                timed(["bash", "-eo", "pipefail", "-c", script], env)
+            check_door(env, submission, args.pack, args.expect, "service" if args.service else "container")
             return
         print(f"image {args.image}, submission {submission}, load average {os.getloadavg()[0]:.1f}")
         rounds = []
@@ -214,6 +212,89 @@ def main() -> None:
             )
         report(rounds)
         print(f"load average after: {os.getloadavg()[0]:.1f}")
+
+
+def check_door(env: dict[str, str], submission: Path, pack: str, expect: str, mode: str) -> None:
+    """The step's results and its output read as the reporter does: the grade must be ``expect`` and the
+    reporter's points the grader's."""
+    out = Path(env["RUNNER_TEMP"]) / "grader-out"
+    _, score = grade_facts(out)
+    points, most = reporter_points(Path(env["GITHUB_OUTPUT"]))
+    graded = json.loads((out / "results.json").read_text())
+    print(
+        f"the {pack} Classroom workflow ({mode} mode) scored {submission} {score}; reporter: Points {points:g}/{most:g}"
+    )
+    if score != expect:
+        cases = [c for c in graded["cases"] if c["verdict"] != "pass"]
+        lost = [f"{c['id']}: {c['verdict']}: {c['message'][:400]}" for c in cases]
+        raise SystemExit(
+            f"expected {expect}: the Classroom path does not grade as the host does; the cases that"
+            " did not pass:\n" + "\n".join(lost)
+        )
+    if (points, most) != (to_cents(graded["score"]) / 100, float(graded["max_score"])):
+        raise SystemExit(f"the reporter would send {points!r}/{most:g}, the grader scored {graded['score']}")
+
+
+def service_door(script: str, env: dict[str, str], work: Path, submission: Path, pack: str, *, shim: bool) -> None:
+    """``--service``: the step's service mode verbatim.  The submission is committed as a student's checkout;
+    a local ``grader serve`` (SQLite, the pack's assignment) trusts a local OIDC issuer, and a local endpoint
+    plays ``$ACTIONS_ID_TOKEN_REQUEST_URL``, minting the job's token for the audience the step asks.  With
+    ``shim``, a ``docker`` first on PATH runs the image's command on this host instead (the mounts mapped,
+    only the ``-e`` variables passed): the step and the client are real, the container is not."""
+    sys.path.insert(0, str(REPO / "tests"))  # the service's test helpers (tests/ is not a package)
+    from local_service import OWNER, actions_token_endpoint, free_port, local_service
+    from oidc_issuer import Issuer
+
+    checkout = work / "checkout"
+    shutil.copytree(submission, checkout, ignore=shutil.ignore_patterns(".git", "expected.json"))
+    git = ["git", "-c", "user.name=Student", "-c", "user.email=student@example.edu", "-C", str(checkout)]
+    for command in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "my work"]):
+        subprocess.run([*git, *command], check=True, env={**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null"})
+    sha = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    issuer = Issuer(work, audience=url, owner=OWNER)
+    assignments = [{"id": pack, "pack": pack, "repo_prefix": f"{pack}-"}]
+    with (
+        local_service(work, issuer, assignments, port=port) as service,
+        actions_token_endpoint(issuer, f"{OWNER}/{pack}-octocat", sha) as actions,
+    ):
+        step_env = {**env, **actions, "GITHUB_WORKSPACE": str(checkout), "GRADER_SERVICE": url}
+        step_env["GRADER_ASSIGNMENT"] = ""
+        if shim:
+            bindir = work / "shim"
+            bindir.mkdir()
+            (bindir / "docker").write_text(f"#!{sys.executable}\n{DOCKER_SHIM}")
+            (bindir / "docker").chmod(0o755)
+            step_env["PATH"] = f"{bindir}:{env['PATH']}"
+        Path(env["GITHUB_OUTPUT"]).write_text("")
+        try:
+            timed(["bash", "-eo", "pipefail", "-c", script], step_env)
+        except SystemExit:
+            print(service.log.read_text()[-3000:], file=sys.stderr)
+            raise
+
+
+#: ``docker run [OPTIONS] IMAGE ARGS...`` as ``python -m grader ARGS...`` on this host: each ``-v SRC:DST``
+#: mount's DST in the arguments becomes SRC, and only the ``-e`` variables reach it (PATH and HOME aside).
+DOCKER_SHIM = """import os, sys
+args, flags, mounts, names = sys.argv[2:], {"--rm", "--init", "--read-only"}, {}, []
+while args[0].startswith("-"):
+    option = args.pop(0)
+    if option in flags:
+        continue
+    value = args.pop(0)
+    if option == "-v":
+        src, dst = value.split(":")[:2]
+        mounts[dst] = src
+    elif option == "-e":
+        names.append(value)
+args.pop(0)  # the image
+for dst, src in mounts.items():
+    args = [src + a[len(dst):] if a == dst or a.startswith(dst + "/") else a for a in args]
+env = {k: os.environ[k] for k in ["PATH", "HOME", *names] if k in os.environ}
+os.execve(sys.executable, [sys.executable, "-m", "grader", *args], env)
+"""
 
 
 def report(rounds: list[dict[str, float | str]]) -> None:

@@ -30,7 +30,6 @@ import math
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,8 +40,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
-
 from grader import submit
 
 if TYPE_CHECKING:
@@ -50,7 +47,7 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 
-OWNER, PREFIX, ASSIGNMENT = "course-org", "a9-", "a9"
+PREFIX, ASSIGNMENT = "a9-", "a9"
 AUDIENCE = "https://grader.bench"
 TREES = {
     "reference": REPO / "reference" / "a9",
@@ -168,46 +165,6 @@ def build(pushes: list[Push], root: Path) -> Path:
     return roster
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_service(root: Path, workers: int, issuer: Issuer) -> tuple[subprocess.Popen[bytes], str, Path]:
-    state = root / "state"
-    port = free_port()
-    config = {
-        "listen": f"127.0.0.1:{port}",
-        "state_dir": str(state),
-        "workers": workers,
-        "limits": {"per_minute": 60},
-        "oidc": {"issuer": issuer.issuer, "jwks": str(issuer.jwks), "audience": AUDIENCE, "owners": [OWNER]},
-        "assignments": [{"id": ASSIGNMENT, "pack": "a9", "repo_prefix": PREFIX}],
-    }
-    (root / "service.yaml").write_text(yaml.safe_dump(config))
-    log = (root / "service.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "grader", "serve", "--config", str(root / "service.yaml")],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        if proc.poll() is not None:
-            raise SystemExit(f"grader serve exited ({proc.returncode}):\n{(root / 'service.log').read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as answer:
-                if answer.status == 200:
-                    return proc, url, state
-        except OSError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("grader serve did not answer /healthz within 60 s")
-
-
 def epoch(iso: str | None) -> float | None:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() if iso else None
 
@@ -218,7 +175,7 @@ def rush(pushes: list[Push], url: str, issuer: Issuer) -> None:
 
     def send(push: Push) -> None:
         time.sleep(max(0.0, push.at - (time.monotonic() - start)))
-        token = issuer.token(f"{OWNER}/{PREFIX}{push.student}", push.sha)
+        token = issuer.token(f"{issuer.owner}/{PREFIX}{push.student}", push.sha)
         try:
             push.id = submit.post_bundle(url, ASSIGNMENT, push.bundle, token).id
         except submit.NotGraded as exc:
@@ -267,38 +224,33 @@ def main() -> None:
     parser.add_argument("--no-batch", action="store_true", help="skip the batch over the same class")
     args = parser.parse_args()
     pushes = schedule(args.students, args.window, args.twice, args.seed)
-    sys.path.insert(0, str(REPO / "tests"))  # the service's tests' OIDC issuer (tests/ is not a package)
+    sys.path.insert(0, str(REPO / "tests"))  # the service's test helpers (tests/ is not a package)
+    from local_service import OWNER, local_service
     from oidc_issuer import Issuer
 
     with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp:
         root = Path(tmp)
         roster = build(pushes, root)
         issuer = Issuer(root, audience=AUDIENCE, owner=OWNER)
-        proc, url, state = start_service(root, args.workers, issuer)
-        try:
+        assignments = [{"id": ASSIGNMENT, "pack": "a9", "repo_prefix": PREFIX}]
+        extra = {"limits": {"per_minute": 60}}
+        with local_service(root, issuer, assignments, workers=args.workers, **extra) as service:
             print(
                 f"{args.students} students, {len(pushes)} pushes over {args.window:g} s, {args.workers} workers, "
                 f"load average {os.getloadavg()[0]:.1f}",
                 flush=True,
             )
-            rush(pushes, url, issuer)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            rush(pushes, service.url, issuer)
         batch_wall = None
         mismatches = []
         if not args.no_batch:
             out = root / "batch-out"
-            batch_wall = batch(roster, out, args.workers, state / "secret")
+            batch_wall = batch(roster, out, args.workers, service.state / "secret")
             expected = batch_scores(out)
             for push in pushes:
                 if push.final and push.status == "graded" and expected.get(push.student) != push.score:
                     mismatches.append(f"{push.student}: service {push.score}, batch {expected.get(push.student)}")
-        report(summary(pushes, batch_wall), pushes)
+        report(summary(pushes, batch_wall))
         for line in mismatches:
             print(f"  SCORE DIFFERS: {line}")
         errors = [
@@ -310,7 +262,7 @@ def main() -> None:
             raise SystemExit(1)
 
 
-def report(figures: dict[str, float | int | None], pushes: list[Push]) -> None:
+def report(figures: dict[str, float | int | None]) -> None:
     def s(value: float | int | None, unit: str = " s") -> str:
         return "-" if value is None else f"{value:.1f}{unit}"
 

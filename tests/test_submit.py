@@ -11,16 +11,18 @@ import base64
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from local_service import JSONHandler
 
 from grader import submit
 from grader.render.outputs import write_outputs
@@ -28,6 +30,7 @@ from grader.results import GradeResult
 
 ROOT = Path(__file__).resolve().parents[1]
 GRADED = ROOT / "tests" / "fixtures" / "results" / "graded.json"
+TOY = ROOT / "tests" / "toy_pack"
 SUBMISSION_ID = "s" * 32
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Student",
@@ -53,42 +56,31 @@ class Service:
         self.gets = 0
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _answer(self, status: int, body: Any) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JSONHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 outer.requests.append(("POST", self.path, dict(self.headers), body))
                 if outer.refuse is not None:
                     status, code = outer.refuse
-                    self._answer(status, {"error": {"code": code, "message": f"refused: {code}"}})
+                    self.answer(status, {"error": {"code": code, "message": f"refused: {code}"}})
                     return
                 receipt = {"id": SUBMISSION_ID, "status": "queued", "received_at": "2026-02-05T09:00:00Z"}
                 receipt |= {"student": "octocat", "commit": "0" * 40, "page": f"/s/{SUBMISSION_ID}"}
-                self._answer(202, {**receipt, "url": f"/api/v1/submissions/{SUBMISSION_ID}"})
+                self.answer(202, {**receipt, "url": f"/api/v1/submissions/{SUBMISSION_ID}"})
 
             def do_GET(self) -> None:
                 outer.requests.append(("GET", self.path, dict(self.headers), b""))
                 parts = urlsplit(self.path)
                 if parts.path == "/actions-token":  # GitHub's protocol: the audience in the query, a bearer
                     if self.headers["Authorization"] != "bearer request-token":
-                        self._answer(401, {"message": "bad request token"})
+                        self.answer(401, {"message": "bad request token"})
                         return
                     audience = parse_qs(parts.query)["audience"][0]
-                    self._answer(200, {"count": 1, "value": f"oidc-for:{audience}"})
+                    self.answer(200, {"count": 1, "value": f"oidc-for:{audience}"})
                     return
                 outer.gets += 1
                 final = outer.gets > 1
-                self._answer(
+                self.answer(
                     200,
                     {
                         "id": SUBMISSION_ID,
@@ -153,10 +145,12 @@ def bundle_contents(data: bytes) -> tuple[dict[bytes, bytes], list[bytes], dict[
     return refs, prerequisites, files
 
 
-def run_submit(directory: Path, server: str, *extra: str, env: dict[str, str] | None = None) -> Any:
+def run_submit(
+    directory: Path, server: str, *extra: str, env: dict[str, str] | None = None, assignment: str = "a9"
+) -> Any:
     """``grader submit`` as a student runs it, in a process of its own."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("ACTIONS_", "GRADER_SUBMIT", "GITHUB_"))}
-    cmd = [sys.executable, "-m", "grader", "submit", str(directory), "--server", server, "--assignment", "a9"]
+    cmd = [sys.executable, "-m", "grader", "submit", str(directory), "--server", server, "--assignment", assignment]
     return subprocess.run(
         [*cmd, *extra], env={**environ, **(env or {})}, capture_output=True, text=True, check=False, timeout=120
     )
@@ -321,3 +315,43 @@ def test_the_wait_is_bounded_and_rides_out_a_restarting_service() -> None:
     with pytest.raises(submit.NotGraded, match=r"no grade within the wait \(the grading service is unreachable"):
         submit.wait_for_grade(receipt, "tok", deadline=30.0, sleep=sleep, clock=lambda: now[0])
     assert slept[:4] == [0.5, 0.75, 1.125, 1.6875] and max(slept) == 5.0 and sum(slept) <= 30.0
+
+
+# --- end to end: the real service ---------------------------------------------------------------------------
+
+
+def test_against_the_real_service_a_push_is_graded_as_grader_grade_grades_it(tmp_path: Path) -> None:
+    """``grader serve`` (SQLite, a local OIDC issuer), GitHub's token protocol played locally: the toy pack's
+    right answer is graded 10/10 and the files --out writes are the service's results rendered.  A token the
+    service never issued is refused in one line."""
+    from local_service import OWNER, actions_token_endpoint, free_port, local_service
+    from oidc_issuer import Issuer
+
+    repo = tmp_path / "toy-octocat"
+    shutil.copytree(TOY / "submission", repo)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "double")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    issuer = Issuer(tmp_path, audience=url)
+    toy = [{"id": "toy", "rubric": str(TOY / "rubric.yaml"), "repo_prefix": "toy-"}]
+    with (
+        local_service(tmp_path, issuer, toy, port=port) as service,
+        actions_token_endpoint(issuer, f"{OWNER}/toy-octocat", git(repo, "rev-parse", "HEAD").strip()) as actions,
+    ):
+        out = tmp_path / "out"
+        proc = run_submit(repo, url, "--out", str(out), env=actions, assignment="toy")
+        assert proc.returncode == 0, proc.stderr + service.log.read_text()[-2000:]
+        refused = run_submit(repo, url, env={"GRADER_SUBMIT_TOKEN": "gst_not-one-of-ours"}, assignment="toy")
+    served = GradeResult.load(out / "results.json")
+    assert (served.score, served.max_score) == (10, 10)
+    assert proc.stdout.splitlines()[-1].startswith(f"{url}/s/")
+    expected = tmp_path / "served-rendered"
+    write_outputs(served, expected, None)
+    assert {p.name: p.read_bytes() for p in expected.iterdir()} == {
+        p.name: (out / p.name).read_bytes() for p in expected.iterdir()
+    }
+    assert refused.returncode == 1
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith("grader: your push was not graded: the grading service answered 401")
