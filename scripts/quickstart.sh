@@ -3,7 +3,7 @@
 # docs/instructors/index.md), and tests/test_quickstart.py runs it on the bundled reference, so a quick
 # start that stops working fails the suite.
 #   bash scripts/quickstart.sh student DIR       DIR: a student's repository (A9's layout)
-#   bash scripts/quickstart.sh instructor DIR    DIR holds roster/ (one folder per student) and manual.csv
+#   bash scripts/quickstart.sh instructor DIR    DIR holds roster/ (a folder per student), rubric.yaml, manual.csv
 set -euo pipefail
 
 student() {
@@ -21,9 +21,9 @@ instructor() {
     cd "$1"
     # [instructor]
     grader batch roster/ --out out/class --jobs 2   # gradebook.csv, a report.html per student, the class's index.html
-    grader batch roster/ --out out/class --manual manual.csv --deadline 2026-12-01T23:59   # rescored, nobody regraded
-    grader grade roster/alice --out out/alice       # one student, into a directory grader rescore can rewrite
-    grader rescore out/alice --rubric rubric.yaml   # scored again under your edited rubric: no code runs
+    # then, after editing rubric.yaml's points, adding manual scores or a deadline: every student rescored,
+    # nobody regraded (each grading is cached under the submission's digest and the rubric's matrix part)
+    grader batch roster/ --out out/class --rubric rubric.yaml --manual manual.csv --deadline 2026-12-01T23:59
     # [/instructor]
 }
 
