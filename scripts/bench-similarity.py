@@ -12,6 +12,13 @@ disguised (locals renamed, definitions reordered, layout rewritten, comments add
 many of those rank above every other pair.
 
     python scripts/bench-similarity.py [--students 2000] [--copies 20] [--seed 1] [--keep DIR]
+
+``--disguises`` measures the ranking instead (issue 57): copies of A5's and HW12's reference hand-ins under
+every fence tag and prompt style, and padded with unused library code (``tests/similarity_corpus.py``),
+beside honest pairs (A9's two reference trees, A5's reference and a student's report).  It prints every
+pair's similarity and who was not compared, and exits 1 unless every copy ranks above every honest pair.
+
+    python scripts/bench-similarity.py --disguises
 """
 
 from __future__ import annotations
@@ -114,13 +121,52 @@ def build(roster: Path, students: int, copies: int, seed: int) -> set[frozenset[
     return planted
 
 
+def disguises() -> int:
+    """Every disguised copy's similarity and every honest pair's, per pack (see the module)."""
+    sys.path.insert(0, str(REPO))
+    from grader.similarity.check import run_similarity
+    from tests import similarity_corpus as corpus
+
+    copies: list[tuple[str, float]] = []
+    honest: list[tuple[str, float]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-similarity-") as tmp:
+        work = Path(tmp)
+        rosters = {
+            "a9": corpus.a9_roster(work / "a9"),
+            "a5": corpus.a5_roster(work / "a5"),
+            "hw12": corpus.hw12_roster(work / "hw12"),
+        }
+        for pack_id, forms in rosters.items():
+            # every disguise copies the reference: more than COMMON students hold its code, so raise --common
+            report = run_similarity(work / pack_id, work / f"{pack_id}-out", pack_ref=pack_id, floor=0, common=100)
+            shared = {frozenset({p.student_a, p.student_b}): p.similarity for p in report.pairs}
+            students = sorted(report.compared + list(report.problems))
+            for i, a in enumerate(students):
+                for b in students[i + 1 :]:
+                    copied = {a, b} <= forms | {"ref"}
+                    (copies if copied else honest).append((f"{pack_id}: {a} ~ {b}", shared.get(frozenset({a, b}), 0.0)))
+            for student, problem in report.problems.items():
+                print(f"{pack_id}: not compared: {student}: {problem}")
+    for title, pairs in (("disguised copies", copies), ("honest pairs", honest)):
+        print(f"{title}:")
+        for name, similarity in sorted(pairs, key=lambda pair: pair[1]):
+            print(f"  {similarity:.3f}  {name}")
+    lowest, highest = min(s for _, s in copies), max(s for _, s in honest)
+    print(f"lowest copy {lowest:.3f}, highest honest pair {highest:.3f}: ", end="")
+    print("every copy ranks above every honest pair" if lowest > highest else "NOT separated")
+    return 0 if lowest > highest else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--students", type=int, default=2000)
     parser.add_argument("--copies", type=int, default=20, help="students who hand in a disguised copy")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", type=Path, default=None, help="build the roster and report here and keep them")
+    parser.add_argument("--disguises", action="store_true", help="rank disguised copies against honest pairs")
     args = parser.parse_args()
+    if args.disguises:
+        return disguises()
     from grader.similarity.check import run_similarity
 
     work = Path(tempfile.mkdtemp(prefix="bench-similarity-")) if args.keep is None else args.keep

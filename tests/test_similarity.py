@@ -14,6 +14,7 @@ import ast
 import csv
 import json
 import random
+import re
 import zipfile
 from dataclasses import replace
 from html.parser import HTMLParser
@@ -28,253 +29,16 @@ from grader.pack import load_pack
 from grader.rubric import load_rubric
 from grader.similarity import FLOOR
 from grader.similarity.check import compare_class, run_similarity
-from grader.similarity.extract import graded_code, starter_code
+from grader.similarity.extract import graded_code, starter_code, take_graded_code
 from grader.similarity.fingerprints import fingerprint, never_evidence
+from tests import fidelity
+from tests import similarity_corpus as corpus
+from tests.similarity_corpus import HOSTILE, RING, STAR, TREE
 from tests.test_html_reports import _chromium, chromium, colours, screenshot  # noqa: F401  (a fixture, shared)
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "student_template" / "a9"
 STARTER = (TEMPLATE / "src" / "collectives.py").read_text()
-#: in carol's code, shown on the page: it must stay text
-HOSTILE = "</pre><script>alert('carol')</script><!--"
-
-RING = """
-import torch
-import torch.distributed as dist
-
-
-def _neighbours(rank, world):
-    return (rank + 1) % world, (rank - 1) % world
-
-
-def my_broadcast(tensor, src=0):
-    rank, world = dist.get_rank(), dist.get_world_size()
-    relative = (rank - src) % world
-    if relative != 0:
-        dist.recv(tensor, (rank - 1) % world)
-    if relative != world - 1:
-        dist.send(tensor.contiguous(), (rank + 1) % world)
-    return tensor
-
-
-def my_allreduce(tensor):
-    rank, world = dist.get_rank(), dist.get_world_size()
-    right, left = _neighbours(rank, world)
-    chunks = list(tensor.view(-1).chunk(world))
-    for step in range(world - 1):
-        outgoing = chunks[(rank - step) % world].clone()
-        incoming = torch.empty_like(chunks[(rank - step - 1) % world])
-        request = dist.isend(outgoing, right)
-        dist.recv(incoming, left)
-        request.wait()
-        chunks[(rank - step - 1) % world] += incoming
-    for step in range(world - 1):
-        outgoing = chunks[(rank + 1 - step) % world].clone()
-        incoming = torch.empty_like(chunks[(rank - step) % world])
-        request = dist.isend(outgoing, right)
-        dist.recv(incoming, left)
-        request.wait()
-        chunks[(rank - step) % world].copy_(incoming)
-    return tensor
-
-
-def my_allgather(tensor):
-    rank, world = dist.get_rank(), dist.get_world_size()
-    right, left = _neighbours(rank, world)
-    pieces = [torch.empty_like(tensor) for _ in range(world)]
-    pieces[rank] = tensor.clone()
-    for step in range(world - 1):
-        sending = pieces[(rank - step) % world].contiguous()
-        receiving = pieces[(rank - step - 1) % world]
-        request = dist.isend(sending, right)
-        dist.recv(receiving, left)
-        request.wait()
-    return torch.cat(pieces, dim=0)
-
-
-def my_reduce_scatter(tensor):
-    rank, world = dist.get_rank(), dist.get_world_size()
-    right, left = _neighbours(rank, world)
-    chunks = [c.clone() for c in tensor.chunk(world, dim=0)]
-    for step in range(world - 1):
-        index = (rank - step - 1) % world
-        incoming = torch.empty_like(chunks[index])
-        request = dist.isend(chunks[(rank - step) % world], right)
-        dist.recv(incoming, left)
-        request.wait()
-        chunks[index] += incoming
-    return chunks[(rank + 1) % world]
-
-
-def my_all_to_all(tensor, scatter_dim, gather_dim):
-    rank, world = dist.get_rank(), dist.get_world_size()
-    outgoing = [c.contiguous() for c in tensor.chunk(world, dim=scatter_dim)]
-    received = [torch.empty_like(c) for c in outgoing]
-    received[rank] = outgoing[rank]
-    requests = []
-    for peer in range(world):
-        if peer != rank:
-            requests.append(dist.irecv(received[peer], peer))
-            requests.append(dist.isend(outgoing[peer], peer))
-    for request in requests:
-        request.wait()
-    return torch.cat(received, dim=gather_dim)
-"""
-
-STAR = """
-import torch
-import torch.distributed as dist
-
-
-def my_broadcast(tensor, src=0):
-    if dist.get_rank() == src:
-        for r in range(dist.get_world_size()):
-            if r != src:
-                dist.send(tensor, dst=r)
-    else:
-        dist.recv(tensor, src=src)
-    return tensor
-
-
-def my_allreduce(tensor):
-    if dist.get_rank() == 0:
-        buf = torch.zeros_like(tensor)
-        for r in range(1, dist.get_world_size()):
-            dist.recv(buf, src=r)
-            tensor.add_(buf)
-    else:
-        dist.send(tensor, dst=0)
-    return my_broadcast(tensor, src=0)
-
-
-def my_allgather(tensor):
-    n = dist.get_world_size()
-    out = torch.empty((n * tensor.shape[0],) + tuple(tensor.shape[1:]), dtype=tensor.dtype)
-    rows = tensor.shape[0]
-    if dist.get_rank() == 0:
-        out[:rows] = tensor
-        for r in range(1, n):
-            dist.recv(out[r * rows:(r + 1) * rows], src=r)
-    else:
-        dist.send(tensor.contiguous(), dst=0)
-    return my_broadcast(out, src=0)
-
-
-def my_reduce_scatter(tensor):
-    total = my_allreduce(tensor.clone())
-    n = dist.get_world_size()
-    size = total.shape[0] // n
-    me = dist.get_rank()
-    return total[me * size:(me + 1) * size].clone()
-
-
-def my_all_to_all(tensor, scatter_dim, gather_dim):
-    n = dist.get_world_size()
-    me = dist.get_rank()
-    parts = torch.tensor_split(tensor, n, dim=scatter_dim)
-    got = [None] * n
-    for r in range(n):
-        if r == me:
-            got[r] = parts[r]
-            continue
-        if me < r:
-            dist.send(parts[r].contiguous(), dst=r)
-            got[r] = torch.empty_like(parts[r].contiguous())
-            dist.recv(got[r], src=r)
-        else:
-            got[r] = torch.empty_like(parts[r].contiguous())
-            dist.recv(got[r], src=r)
-            dist.send(parts[r].contiguous(), dst=r)
-    return torch.cat(got, dim=gather_dim)
-"""
-
-TREE = (
-    '''
-import math
-
-import torch
-import torch.distributed as dist
-
-
-def my_broadcast(tensor, src=0):
-    """Binomial tree: in round k, every rank that has the data sends it 2**k ranks further."""
-    size = dist.get_world_size()
-    me = (dist.get_rank() - src + size) % size
-    rounds = math.ceil(math.log2(size)) if size > 1 else 0
-    for k in range(rounds):
-        span = 1 << k
-        if me < span and me + span < size:
-            dist.send(tensor, dst=(me + span + src) % size)
-        elif span <= me < 2 * span:
-            dist.recv(tensor, src=(me - span + src) % size)
-    return tensor
-
-
-def my_allreduce(tensor):
-    """Recursive doubling, for a power-of-two world; anything else falls back on the tree."""
-    size, me = dist.get_world_size(), dist.get_rank()
-    if size & (size - 1):
-        raise ValueError("'''
-    + HOSTILE
-    + """")
-    mask = 1
-    while mask < size:
-        partner = me ^ mask
-        theirs = torch.empty_like(tensor)
-        if me < partner:
-            dist.send(tensor, dst=partner); dist.recv(theirs, src=partner)
-        else:
-            dist.recv(theirs, src=partner); dist.send(tensor, dst=partner)
-        tensor += theirs
-        mask <<= 1
-    return tensor
-
-
-def my_allgather(tensor):
-    size, me = dist.get_world_size(), dist.get_rank()
-    gathered = {me: tensor}
-    mask = 1
-    while mask < size:
-        partner = me ^ mask
-        mine = torch.cat([gathered[i] for i in sorted(gathered)])
-        theirs = torch.empty_like(mine)
-        ops = [dist.P2POp(dist.isend, mine, partner), dist.P2POp(dist.irecv, theirs, partner)]
-        for work in dist.batch_isend_irecv(ops):
-            work.wait()
-        base = (partner // mask) * mask
-        for offset, block in enumerate(theirs.split(tensor.shape[0])):
-            gathered[base + offset] = block
-        mask <<= 1
-    return torch.cat([gathered[i] for i in range(size)])
-
-
-def my_reduce_scatter(tensor):
-    size, me = dist.get_world_size(), dist.get_rank()
-    blocks = list(torch.chunk(tensor.clone(), size))
-    mine = blocks[me]
-    for shift in range(1, size):
-        to, frm = (me + shift) % size, (me - shift) % size
-        landing = torch.empty_like(mine)
-        handle = dist.isend(blocks[to].contiguous(), to)
-        dist.recv(landing, frm)
-        handle.wait()
-        mine = mine + landing
-    return mine
-
-
-def my_all_to_all(tensor, scatter_dim, gather_dim):
-    size, me = dist.get_world_size(), dist.get_rank()
-    scatter_dim %= tensor.dim()
-    pieces = [p.contiguous() for p in torch.tensor_split(tensor, size, scatter_dim)]
-    inbox = [pieces[me] if i == me else torch.empty_like(pieces[i]) for i in range(size)]
-    pending = [dist.irecv(inbox[i], i) for i in range(size) if i != me]
-    pending += [dist.isend(pieces[i], i) for i in range(size) if i != me]
-    while pending:
-        pending.pop().wait()
-    return torch.cat(inbox, gather_dim)
-"""
-)
-
 #: a starter with cosmetic edits only: a comment, a renamed argument, a docstring reworded, blank lines
 COSMETIC = STARTER.replace(
     "def my_allreduce(tensor: torch.Tensor)", "# TODO later\n\n\ndef my_allreduce(t: torch.Tensor)"
@@ -350,6 +114,11 @@ def zipped(folder: Path) -> Path:
         path.rmdir() if path.is_dir() else path.unlink()
     folder.rmdir()
     return archive
+
+
+def fidelity_total(name: str) -> float:
+    """What grading gives a fidelity entry, by its expected.json."""
+    return sum(v for v in fidelity.spec(name).get("items", {}).values() if isinstance(v, int | float))
 
 
 COPIES = {frozenset({"alice", "dave"}), frozenset({"bob", "=erin"}), frozenset({"carol", "frank"})}
@@ -679,3 +448,141 @@ def test_a_well_formed_reply_decodes():
 
     assert decode(_reply()).found is not None
     assert decode(b'{"problem": "no submission"}').problem == "no submission"
+
+
+# --- issue 57: the copy check compares what grading grades -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def disguises(tmp_path_factory) -> dict[str, tuple[set[str], object]]:
+    """Each pack's roster of tests/similarity_corpus.py compared once: pack -> (its copies, its report).
+    Every disguise copies the same reference, so more than COMMON students hold its code: ``common`` is
+    raised, as an instructor would for a class this small."""
+    root = tmp_path_factory.mktemp("disguises")
+    rosters = {
+        "a9": corpus.a9_roster(root / "a9"),
+        "a5": corpus.a5_roster(root / "a5"),
+        "hw12": corpus.hw12_roster(root / "hw12"),
+    }
+    return {
+        pack_id: (forms, run_similarity(root / pack_id, root / f"{pack_id}-out", pack_ref=pack_id, common=100))
+        for pack_id, forms in rosters.items()
+    }
+
+
+def _ranked(disguises) -> tuple[dict[frozenset[str], float], dict[frozenset[str], float]]:
+    """Every pair of every roster, copies and honest pairs apart: pair -> its similarity (0 unlisted)."""
+    copies, honest = {}, {}
+    for pack_id, (forms, report) in disguises.items():
+        shared = {frozenset({p.student_a, p.student_b}): p.similarity for p in report.pairs}
+        students = sorted(report.compared + list(report.problems))
+        for i, a in enumerate(students):
+            for b in students[i + 1 :]:
+                pair = frozenset({f"{pack_id}:{a}", f"{pack_id}:{b}"})
+                (copies if {a, b} <= forms | {"ref"} else honest)[pair] = shared.get(frozenset({a, b}), 0.0)
+    return copies, honest
+
+
+def test_every_disguised_copy_ranks_above_every_honest_pair(disguises):
+    """Under every fence tag, every prompt style and padded with ten times its size of library code, a
+    copy of A5's report or HW12's notebook ranks above every honest pair of the corpus, and the copy
+    check compares every one of them: nothing is "not compared"."""
+    assert all(not report.problems for _, report in disguises.values()), {
+        pack_id: report.problems for pack_id, (_, report) in disguises.items()
+    }
+    copies, honest = _ranked(disguises)
+    a5 = len(corpus.TAGS) + sum(len(tags) for tags in corpus.PROMPTS.values()) + 2  # the forms, padded, ref
+    assert len(copies) == a5 * (a5 - 1) // 2 + 3 and len(honest) == 10 + a5  # A9's 5 students, A5's seed
+    assert min(copies.values()) == 1.0, sorted(copies.items(), key=lambda kv: kv[1])[:5]
+    assert max(honest.values()) < 0.5, sorted(honest.items(), key=lambda kv: -kv[1])[:5]
+    lowest = sorted(copies.items(), key=lambda kv: kv[1])[0]
+    assert lowest[1] > max(honest.values())
+
+
+def test_a_padded_copy_scores_its_source_whole_and_is_listed_above_the_floor(disguises):
+    """Containment: the padded copy's own share is small, its source's is all of it; the pair is listed."""
+    for pack_id in ("a5", "hw12"):
+        _, report = disguises[pack_id]
+        padded = next(p for p in report.listed if {p.student_a, p.student_b} == {"padded", "ref"})
+        assert padded.similarity == 1.0
+        text = padded.text_a if padded.student_a == "padded" else padded.text_b
+        assert "class SequenceMatcher" in text and "def dedent" in text  # the padding is read and compared
+
+
+@pytest.mark.parametrize("form", sorted({*corpus.TAGS, "prompt-classic", "prompt-ipython"}))
+def test_grading_and_the_copy_check_read_a_reports_block_alike(form, tmp_path):
+    """One reader: each disguise of A5's reference is placed by grading as the reference is, and the copy
+    check compares the same code for it, block for block."""
+    from grader.handin.report import read_report
+    from grader.packs.a5.splice import splice
+
+    reference = corpus.A5_REFERENCE.read_text()
+    if form.startswith("prompt-"):
+        style = form.removeprefix("prompt-")
+        text = corpus.prompted(reference, style, "pycon" if style == "classic" else "ipython")
+    else:
+        text = corpus.retagged(reference, form)
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "ref" / "report.md").write_text(reference)
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "report.md").write_text(text)
+
+    def placed(report: str) -> dict[str, str]:  # a session's prompt and output lines move its block down
+        return {q: re.sub(r"line \d+", "line N", p.message) for q, p in splice(read_report(report)).placements.items()}
+
+    assert placed(text) == placed(reference)
+    assert sum(p.placed for p in splice(read_report(text)).placements.values()) == 9
+    pack = load_pack("a5")
+    compared = [" ".join(p.source.split()) for p in graded_code(pack, tmp_path / "copy")]
+    assert compared == [" ".join(p.source.split()) for p in graded_code(pack, tmp_path / "ref")]
+    assert not any(line.lstrip().startswith((">>>", "In [", "...:")) for p in compared for line in p.splitlines())
+
+
+def test_a_console_session_is_read_as_its_code_without_prompts_or_output():
+    from grader.handin.blocks import is_python, python_source
+
+    session = ">>> for x in range(3):\n...     total += x\n...\n>>> total\n3\n"
+    assert python_source(session) == "for x in range(3):\n    total += x\n\ntotal\n"
+    ipython = "In [1]: if rank == 0:\n   ...:     send(x)\n   ...:\nOut[1]: None\nIn [2]: %time f()\n"
+    assert python_source(ipython) == "if rank == 0:\n    send(x)\n\n\n..."
+    assert python_source("x = 1\n>>> y = 2\n") == "x = 1\ny = 2"  # a stray prompt outside a session
+    assert all(is_python(tag) for tag in corpus.TAGS)
+    assert not any(is_python(tag) for tag in ("answers", "text", "bash", "console", "JSON"))
+
+
+def test_two_students_whose_own_code_is_a_few_obvious_lines_are_no_pair(tmp_path):
+    """Containment's weak side: the whole of a tiny answer is easily shared.  Two reports whose only code
+    is Q2's three assertions, written alike but for their messages, share all of it (containment 1.0);
+    a side is measured as ``SMALLEST`` normalised characters at least, and they stay under the floor."""
+    for student, why in (("amy", "uneven"), ("ben", "must divide")):
+        asserts = "\n".join(
+            f"assert {a} % {b} == 0, '{why}'"
+            for a, b in (("number_of_layers", "pp"), ("global_batch_size", "micro_batch_size"))
+        )
+        asserts += f"\nassert global_batch_size // micro_batch_size >= pp, '{why}'"
+        (tmp_path / "roster" / student).mkdir(parents=True)
+        (tmp_path / "roster" / student / "report.md").write_text(f"# Report\n\n## Q2\n\n```python\n{asserts}\n```\n")
+    found = run_similarity(tmp_path / "roster", tmp_path / "out", pack_ref="a5")
+    assert found.compared == ["amy", "ben"] and len(found.pairs) == 1, found.problems
+    assert found.pairs[0].similarity < FLOOR and not found.listed
+
+
+def test_a_shared_idiom_is_no_evidence_however_small_the_document(roster, tmp_path):
+    """Given out as boilerplate, the ring leaves dave (its disguise) little of his own but the lines every
+    solution opens with, ``(rank, world) = (dist.get_rank(), dist.get_world_size())``, which frank's disguise
+    of the tree opens with too: runs so short are idioms, and the pair is not listed (0.43 if they counted)."""
+    boilerplate = tmp_path / "given.py"
+    boilerplate.write_text(RING)
+    found = run_similarity(roster, tmp_path / "out", pack_ref="a9", boilerplate=[boilerplate])
+    assert not [p for p in found.pairs if {p.student_a, p.student_b} == {"dave", "frank"}]
+
+
+@pytest.mark.parametrize("name", [n for n in fidelity.ENTRIES if fidelity_total(n) > 0])
+def test_a_hand_in_grading_earns_points_on_is_one_the_copy_check_reads(name, tmp_path):
+    """A student whose graded code the copy check could not read is a defect of the grader: every entry of
+    the fidelity corpus that earns points is read, none is "not compared" (the expected scores are
+    grading's; nothing is graded here)."""
+    pack = load_pack(fidelity.pack_of(name))
+    tree = fidelity.build(fidelity.CORPUS / name, fidelity.spec(name), tmp_path / name)
+    taken = take_graded_code(name, str(tree), pack, load_rubric(pack.rubric))
+    assert taken.pieces and not taken.problem, taken.problem

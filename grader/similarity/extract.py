@@ -19,6 +19,7 @@ from pathlib import Path
 
 from grader.errors import UserError
 from grader.handin import DEFINITION, Extraction, notebook, script
+from grader.handin.blocks import is_python, python_source
 from grader.handin.report import read_report
 from grader.intake import take
 from grader.pack import AssignmentPack, CodePiece
@@ -89,12 +90,10 @@ def _piece(label: str, name: str, node: ast.stmt, lines: list[str]) -> CodePiece
     return CodePiece(f"{label}: {name}", "".join(lines[node.lineno - 1 : node.end_lineno]))
 
 
-#: a report's code blocks that are Python: an untagged block or one tagged so (an ``answers`` form is not)
-PYTHON_INFO = ("", "python", "py", "python3")
-
-
 def report_snippets(report: Path) -> list[CodePiece]:
-    """Every Python code block of a Markdown report, per question in the report's order (A5's hand-in)."""
+    """Every Python code block of a Markdown report, per question in the report's order (A5's hand-in),
+    each read by the one reader grading uses (``grader.handin.blocks``): the same fence tags, dedent,
+    console prompts stripped and IPython's syntax read as IPython reads it."""
     if not report.is_file():
         return []
     read = read_report(report.read_text(encoding="utf-8", errors="replace"))
@@ -102,9 +101,9 @@ def report_snippets(report: Path) -> list[CodePiece]:
     for answer in read.answers.values():
         blocks += [(f"{report.name}, {answer.question}", block) for block in answer.code]
     return [
-        CodePiece(f"{where} (line {block.line})", block.text)
+        CodePiece(f"{where} (line {block.line})", python_source(block.text))
         for where, block in blocks
-        if block.info.split(" ", 1)[0].lower() in PYTHON_INFO
+        if is_python(block.info)
     ]
 
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from copydetect.utils import filter_code, get_copied_slices, get_token_coverage, winnow
+from copydetect.utils import filter_code, get_copied_slices, winnow
 
 from grader.similarity import COMMON
 
@@ -28,6 +28,14 @@ from grader.similarity import COMMON
 #: one of K + WINDOW - 1 = 30 or more always shares a fingerprint (the guarantee)
 K = 25
 WINDOW = 6
+#: a shared run shorter than this many normalised characters is an idiom every solution of a handout writes
+#: (``rank, world = (dist.get_rank(), dist.get_world_size())`` is 30), not evidence: a few of them could
+#: otherwise be the whole of a small document's code
+MIN_RUN = 40
+#: a document's comparable size is never taken as less than this many normalised characters (about ten
+#: lines of code): two students whose own code is Q2's three obvious assertions share all of it, and a
+#: share of so little is no evidence; the smallest complete A5 report holds 291
+SMALLEST = 300
 #: k-gram hashes are 52 bits: winnowing compares them as float64 (copydetect's Python fallback), exactly so
 HASH_MASK = (1 << 52) - 1
 
@@ -40,7 +48,7 @@ class Fingerprint:
     filtered: str  # its normalised tokens
     offsets: np.ndarray  # copydetect's map from a position in ``filtered`` back to ``text``
     positions: dict[int, list[int]] = field(repr=False)  # fingerprint -> where it starts in ``filtered``
-    coverage: int = 0  # normalised characters under some fingerprint: the document's comparable size
+    coverage: int = 0  # normalised characters in runs of fingerprints (``covered``): its comparable size
 
 
 @dataclass(frozen=True)
@@ -104,8 +112,10 @@ def fingerprint(parts: Sequence[str], never: frozenset[int] = frozenset()) -> Fi
 
 
 def covered(found: Fingerprint) -> Fingerprint:
-    """``found`` with its comparable size counted from its positions."""
-    return replace(found, coverage=int(get_token_coverage(found.positions, K, len(found.filtered))))
+    """``found`` with its comparable size counted from its positions: the normalised characters of its runs
+    of ``MIN_RUN`` or more, the only code of it that can count as shared (an exact copy shares all of it)."""
+    runs = _runs(np.array([at for where in found.positions.values() for at in where], dtype=np.int64))
+    return replace(found, coverage=int(np.sum(runs[1] - runs[0])))
 
 
 def without(found: Fingerprint, dropped: frozenset[int] | set[int]) -> Fingerprint:
@@ -120,8 +130,12 @@ def without(found: Fingerprint, dropped: frozenset[int] | set[int]) -> Fingerpri
 
 def similar_pairs(found: Sequence[Fingerprint], common: int = COMMON) -> list[Pair]:
     """Every pair of documents sharing a fingerprint that at most ``common`` documents hold, with its
-    similarity: the share of both documents' comparable code that is shared (Dolos's measure, symmetric:
-    a copy padded with code of its own still scores the half it shares)."""
+    similarity: the larger of the two documents' shares of their comparable code that the other holds
+    (containment, JPlag's "maximum similarity").  Code a copy adds, used or not, lowers only the copy's
+    own share, never its source's: a copy padded with ten times its size in library code still holds
+    all of its source.  The symmetric measure (shared code over both documents, Dolos's) fell to 0.19
+    for such a copy, below honest pairs.  Containment's weak side, a small document, is guarded twice:
+    only runs of ``MIN_RUN`` characters or more are shared code, and a side's size is ``SMALLEST`` at least."""
     index: dict[int, list[int]] = {}
     for number, document in enumerate(found):
         for value in document.positions:
@@ -136,12 +150,21 @@ def similar_pairs(found: Sequence[Fingerprint], common: int = COMMON) -> list[Pa
 
 def _compare(a: int, b: int, first: Fingerprint, second: Fingerprint) -> Pair:
     shared = first.positions.keys() & second.positions.keys()
-    slices_a = get_copied_slices(np.array([at for h in shared for at in first.positions[h]], dtype=np.int64), K)
-    slices_b = get_copied_slices(np.array([at for h in shared for at in second.positions[h]], dtype=np.int64), K)
-    overlap = int(np.sum(slices_a[1] - slices_a[0])) + int(np.sum(slices_b[1] - slices_b[0]))
-    size = first.coverage + second.coverage
-    similarity = min(1.0, overlap / size) if size else 0.0
+    slices_a = _runs(np.array([at for h in shared for at in first.positions[h]], dtype=np.int64))
+    slices_b = _runs(np.array([at for h in shared for at in second.positions[h]], dtype=np.int64))
+    similarity = max(_share(slices_a, first), _share(slices_b, second))
     return Pair(a, b, similarity, _regions(slices_a, first), _regions(slices_b, second))
+
+
+def _runs(positions: np.ndarray) -> np.ndarray:
+    """The shared runs starting at ``positions`` (copydetect's slices), less those shorter than ``MIN_RUN``."""
+    slices = get_copied_slices(positions, K)
+    return slices[:, slices[1] - slices[0] >= MIN_RUN] if slices.shape[1] else slices
+
+
+def _share(slices: np.ndarray, found: Fingerprint) -> float:
+    """The share of ``found``'s comparable code that the shared runs ``slices`` cover (``SMALLEST`` at least)."""
+    return min(1.0, int(np.sum(slices[1] - slices[0])) / max(found.coverage, SMALLEST))
 
 
 def _regions(slices: np.ndarray, found: Fingerprint) -> list[tuple[int, int]]:

@@ -10,29 +10,13 @@ from __future__ import annotations
 
 import ast
 import re
-import textwrap
 from dataclasses import dataclass
 
-from grader.handin.ipython import as_python
+from grader.handin.blocks import NOT_PYTHON as NOT_PYTHON  # re-exported: the pack's review reads it
+from grader.handin.blocks import is_python, python_source
 from grader.handin.report import CodeBlock
 from grader.packs.a5.tree import CPU_DEVICE
 
-#: info strings that say a block is not Python (output, shell, a shape written as text is still tried)
-NOT_PYTHON = {
-    "answers",
-    "bash",
-    "sh",
-    "shell",
-    "console",
-    "output",
-    "text",
-    "txt",
-    "plain",
-    "log",
-    "json",
-    "yaml",
-    "markdown",
-}
 _CUDA_DEVICE = re.compile(r"^cuda(:\d+)?$")
 _HALF = {"bfloat16", "float16", "half", "bf16"}
 #: torch.cuda calls that do nothing on CPU: synchronising, choosing or seeding a device
@@ -132,9 +116,7 @@ def _completed(source: str) -> str:
 
 def parse_block(text: str) -> tuple[list[ast.stmt] | None, str]:
     """A block's statements with GPU idioms mapped, or None and why it does not parse."""
-    source = textwrap.dedent(text.replace("\t", "    "))
-    source = "\n".join(line[4:] if line.startswith(">>> ") else line for line in source.splitlines())
-    source = as_python(source)  # a pasted notebook cell's `!` and `%` lines, read as IPython reads them
+    source = python_source(text)  # the one reader of a block, the similarity check's too
     error: SyntaxError | None = None
     for attempt in (source, _completed(source)):
         try:
@@ -157,7 +139,7 @@ def parse_blocks(blocks: list[CodeBlock]) -> Parsed:
     used: list[int] = []
     skipped: list[str] = []
     for block in blocks:
-        if block.info.split(" ")[0].lower() in NOT_PYTHON:
+        if not is_python(block.info):
             continue
         parsed, problem = parse_block(block.text)
         if parsed is None:
