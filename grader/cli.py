@@ -105,7 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--secret-file", type=Path, default=None, help="the instructor's secret input salt")
     add_seal_key(batch)
     batch.add_argument(
-        "--cluster", default=None, help="grade on Dask: local[:N], tcp://HOST:PORT or slurm (README: on a cluster)"
+        "--cluster",
+        default=None,
+        help="grade on Dask: local[:N], tcp://HOST:PORT or slurm (docs/instructors/cluster.md)",
     )
     batch.add_argument("--cluster-config", type=Path, default=None, help="YAML of SLURMCluster options")
     batch.add_argument(
@@ -270,7 +272,8 @@ def add_trust_commit_time(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trust-commit-time",
         action="store_true",
-        help="without a submission or push time, take the commit's date (the student sets it: see README)",
+        help="without a submission or push time, take the commit's date (the student sets it: see "
+        "docs/instructors/late-policy.md)",
     )
 
 

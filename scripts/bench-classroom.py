@@ -1,4 +1,4 @@
-"""Where the GitHub Classroom run's time goes (README's Measurements, "Classroom path"; issue 23).
+"""Where the GitHub Classroom run's time goes (docs/measurements.md, "Classroom path"; issue 23).
 
 The student workflow (student_template/a9/.github/workflows/classroom.yml) grades in the published image
 with one `docker run`; the image is already pulled.  Each round runs, one after the other on the same

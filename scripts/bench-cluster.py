@@ -1,4 +1,4 @@
-"""Measure what grading a class on Dask and Slurm costs (README's Measurements, issue 22).
+"""Measure what grading a class on Dask and Slurm costs (docs/measurements.md, issue 22).
 
     python scripts/bench-cluster.py                       # 100 students, every mode: run it on an idle machine
     python scripts/bench-cluster.py --students 6          # a quick check that every mode works
@@ -26,7 +26,7 @@ students: 39 ``reference/a9``, 25 ``reference/a9-naive``, 20 ``student_template/
 error (``tests/corpus/hostile/syntax_error``), 5 whose ``collectives.py`` imports a module that does
 not exist (the reference otherwise), 1 hanging.
 
-Printed (Markdown, for README's Measurements): each mode's wall time, seconds per student, the seconds
+Printed (Markdown, for docs/measurements.md): each mode's wall time, seconds per student, the seconds
 the gradings themselves took (batch-outcome.json) and the overhead against ``--jobs 2``; whether the
 gradebooks agree (every student's row, every column); the client's own cost per student (the first
 mode's batch run again: every student cached, so only cache keys, rescoring and reports); Slurm's
@@ -196,7 +196,7 @@ def _epoch(text: str, form: str) -> float:
 
 
 def estimate(args: argparse.Namespace, base: Run, fixed: float, client: float, per_job: float | None) -> list[str]:
-    """README's formula for a class of ``--class-size`` on ``--nodes`` of ``--cores-per-node``:
+    """docs/measurements.md's formula for a class of ``--class-size`` on ``--nodes`` of ``--cores-per-node``:
 
         T  ~  Q + D + J + N g / S + g_max + F + N r
 

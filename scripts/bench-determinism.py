@@ -4,7 +4,7 @@ times beside processes that spin on every core, and every case's verdict compare
 
 A verdict that moves between two gradings of one tree breaks the grader's determinism (same submission
 and secret, same score), and on a CI machine busier than this one it fails the suite (an HW12 template
-case did, as a ``hang`` and then as a ``wrong``/``crash`` split: README's Measurements).  The rounds
+case did, as a ``hang`` and then as a ``wrong``/``crash`` split: docs/measurements.md).  The rounds
 alternate over the trees, so a drift of the machine's speed spreads over all of them.
 
     python3 scripts/bench-determinism.py                      # every tree, 3 rounds, a spinner per core

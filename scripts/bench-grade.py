@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a full grading's time goes (issue 23): README's Measurements table, re-measured.
+"""Where a full grading's time goes (issue 23): docs/measurements.md's table, re-measured.
 
 Grades each bundled reference ``--runs`` times, alternating between them, every isolation layer on,
 and prints per reference the median wall time of the whole command, the median of each stage

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Measure what hanging submissions cost (README's Measurements, issue 16): three hanging submissions
+# Measure what hanging submissions cost (docs/measurements.md, issue 16): three hanging submissions
 # graded alone, then a class of 20 (a quarter of them hanging) graded with `grader batch --jobs 2`.
 # Run it on an idle machine, after scripts/install.sh; it prints one line per measurement.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# HW12's full grade against A4's, side by side in one run (README, Measurements): ROUNDS rounds of
+# HW12's full grade against A4's, side by side in one run (docs/measurements.md): ROUNDS rounds of
 # `grader grade reference/a4`, then reference/hw12 under BEFORE (another checkout's `grader`, if set:
 # its own venv, since the zygote runs `python -I`), then reference/hw12 under this checkout's `grader`.
 # Prints each wall time, the sums and the ratios to A4; each HW12 grading must still score 6.5.

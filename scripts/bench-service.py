@@ -1,4 +1,4 @@
-"""A deadline rush on the grading service (issue 59, item 8; README's Measurements).
+"""A deadline rush on the grading service (issue 59, item 8; docs/measurements.md).
 
     python scripts/bench-service.py                          # 12 students over 120 s, a third push twice
     python scripts/bench-service.py --students 6 --window 60 # a quick run

@@ -1,5 +1,5 @@
 """A student's re-grade under ``grader grade --watch`` against a cold ``grader grade`` of the same tree,
-in one run (README's Measurements; issue 41 asks the re-grade to take at most half the cold wall time).
+in one run (docs/measurements.md; issue 41 asks the re-grade to take at most half the cold wall time).
 
     python scripts/bench-watch.py                              # reference/a9, 3 rounds of each
     python scripts/bench-watch.py --tree student_template/a9 --rounds 5

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.total > BUDGET_S:
         print(
             f"[ci-budget] OVER BUDGET: {minutes(args.total)} is more than {minutes(BUDGET_S)}; "
-            "find what slowed it in the stages and tests above (README's Measurements has the last table)"
+            "find what slowed it in the stages and tests above (docs/measurements.md has the last table)"
         )
     return 0
 

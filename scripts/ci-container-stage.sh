@@ -86,7 +86,7 @@ grade() {  # grade NAME SUBMISSION WANT [ARGS...]: in the background; results la
 
 cd "$ROOT"
 "$PYTHON" -c "import docker, jsonschema, yaml" 2>/dev/null \
-    || die "$PYTHON lacks the grader's dependencies (pip install -e . after CPU torch; see README)"
+    || die "$PYTHON lacks the grader's dependencies (pip install -e . after CPU torch; see docs/platforms.md)"
 ensure_docker
 say "$(docker version --format 'Docker engine {{.Server.Version}}')"
 

@@ -4,7 +4,7 @@ graded ROUNDS times with the machine's GPU visible and ROUNDS times with it hidd
 
 It fails unless every grading scores its exact score with every layer on (the `full` runtime, as root)
 and each grading with the GPU visible takes at most RATIO times the mean of the same pack's gradings with
-it hidden.  A Markdown table of the times goes to stdout, for README's Measurements.
+it hidden.  A Markdown table of the times goes to stdout, for docs/measurements.md.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 # is a distribution's, externally managed: scripts/python-env.sh): CPU-only torch first (so no
 # dependency resolution can pull a multi-GB CUDA build), then the package itself (editable).
 #   TORCH_INDEX_URL  where CPU torch comes from; outside machines with a local wheel use
-#                    https://download.pytorch.org/whl/cpu (the README says so)
+#                    https://download.pytorch.org/whl/cpu (docs/platforms.md says so)
 #   EXTRAS           pip extras to install with the package, e.g. "dev"
 set -euo pipefail
 cd "$(dirname "$0")/.."

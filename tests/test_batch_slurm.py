@@ -33,7 +33,8 @@ def slurm():
 
 
 def cluster_config(tmp_path: Path, slurm) -> Path:
-    """The README's example, shrunk to this machine: one grade per job, two jobs at most."""
+    """The cluster guide's example (docs/instructors/cluster.md), shrunk to this machine: one grade per job,
+    two jobs at most."""
     config = {
         "queue": "grading",
         "cores": 1,

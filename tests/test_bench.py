@@ -1,5 +1,5 @@
 """``grader bench`` measures what issue 23 states its goal in: the same cases under the course's
-launcher and under ours, then the whole grading per case.  Its figures are benchmarks (README's
+launcher and under ours, then the whole grading per case.  Its figures are benchmarks (docs/measurements.md's
 Measurements), never asserted here; what is asserted is that it measures what it says."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The class ``scripts/bench-cluster.py`` measures is the one README's Measurements describes: the
+"""The class ``scripts/bench-cluster.py`` measures is the one docs/measurements.md describes: the
 stated mix for 100 students, exactly one hanging submission, every kind in a small class too."""
 
 from __future__ import annotations

@@ -50,7 +50,8 @@ def pip_install(python: Path, *args: str) -> None:
 @pytest.fixture(scope="session")
 def student_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The Python of a venv made from the base interpreter (never this environment's site-packages),
-    with torch first, as the README tells a student, then the checkout as a student's pip builds it."""
+    with torch first, as the students' guide says (docs/students/index.md), then the checkout as a student's
+    pip builds it."""
     venv = tmp_path_factory.mktemp("student-venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--clear", str(venv)], check=True)
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")

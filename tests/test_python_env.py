@@ -4,7 +4,7 @@ own `.venv`, said so; a venv, or a Python pip installs into, is used as it is (`
 
 Real interpreters, not fakes: Debian's `/usr/bin/python3` carries the EXTERNALLY-MANAGED marker on this
 project's machines.  The whole first command from a fresh clone (`env -i PATH=/usr/bin:/bin bash
-scripts/grade-example.sh`, a torch install) is a manual check: README, "Quick start".
+scripts/grade-example.sh`, a torch install) is a manual check: README, "Set up".
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The GitHub workflows and the composite action: they parse, pass actionlint (with shellcheck on every
 `run:` script), meet the Classroom reporter contract (/work/shared/docs/github-classroom.md, summarised in
-the README), and their shell steps really produce what the reporter decodes.
+docs/classroom/github-classroom.md), and their shell steps really produce what the reporter decodes.
 
 The shell steps are run here with `docker` / `grader` replaced by stubs that write what the real ones
 write, so the transport (base64 on one line into `$GITHUB_OUTPUT`, summary.md into the job summary) is

@@ -395,7 +395,7 @@ def _slurm_cluster(config: Path | None, students: int) -> Iterator[Any]:
     try:
         cluster = SLURMCluster(**options)
     except (TypeError, ValueError) as exc:
-        raise UserError(f"--cluster slurm: {exc} (see README, Grading on a cluster)") from None
+        raise UserError(f"--cluster slurm: {exc} (see docs/instructors/cluster.md)") from None
     with cluster:
         per_job = max(1, int(getattr(cluster, "_job_kwargs", {}).get("processes") or 1))
         cluster.adapt(minimum_jobs=0, maximum_jobs=max_jobs or math.ceil(students / per_job))
