@@ -77,7 +77,7 @@ def main(args: argparse.Namespace) -> int:
     submission = wait_for_grade(receipt, token, deadline=time.monotonic() + args.timeout)
     if submission["status"] == "superseded":
         raise NotGraded(f"a newer push of yours superseded it; see {receipt.page}")
-    result = GradeResult.from_dict(submission["results"]) if submission.get("results") else None
+    result = _results(submission.get("results"))
     if result is None:
         reason = _one_line(str(submission.get("error") or "the service gave no results"))
         print(f"grader: the service could not grade this push: {reason}; see {receipt.page}", file=sys.stderr)
@@ -85,6 +85,16 @@ def main(args: argparse.Namespace) -> int:
     show(result, args.out, student=submission.get("student"))
     print(receipt.page)
     return 0 if result.status == "graded" else 2
+
+
+def _results(document: Any) -> GradeResult | None:
+    """The submission's results document as the canonical model; None where there is none."""
+    if not document:
+        return None
+    try:
+        return GradeResult.from_dict(document)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise NotGraded("the service's results are not a results document this grader reads") from None
 
 
 def show(result: GradeResult, out: Path | None, *, student: str | None = None) -> None:

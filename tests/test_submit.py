@@ -302,6 +302,15 @@ def test_a_superseded_push_is_not_graded_and_says_so(service: Service, repo: Pat
     assert "your push was not graded: a newer push of yours superseded it" in proc.stderr
 
 
+def test_results_that_are_not_a_results_document_are_one_line_not_a_traceback(service: Service, repo: Path) -> None:
+    service.results = {"score": "all of them"}
+    proc = run_submit(repo, service.url, env={"GRADER_SUBMIT_TOKEN": "tok"})
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "grader: your push was not graded: the service's results are not a results document this grader reads"
+    )
+
+
 def test_the_wait_is_bounded_and_rides_out_a_restarting_service() -> None:
     """Polls back off (0.5 s, x1.5, at most 5 s); a service that stays away ends the wait with the reason."""
     receipt = submit.Receipt("id", "c", "http://127.0.0.1:9/api/v1/submissions/id", "http://127.0.0.1:9/s/id")
