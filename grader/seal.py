@@ -1,18 +1,24 @@
 """A cached grading is trusted only under its seal: an HMAC, keyed by the instructor's secret kept
-outside ``--out``, of every file a later rescore or report reads.
+outside ``--out``, of whose grading it is and of every entry a later rescore or report reads.
 
 ``grader batch`` scores every student again from the cache on every run (``grader.rescore``), so a
 truncated ``junit.xml`` would stop the class and an edited verdict would raise a score silently.
-When a grading is installed the batch seals it (``graded/seal.json``: each file's SHA-256 and an
-HMAC-SHA256 over the list); before a cache entry is used, the seal is checked: a file missing,
-added, changed or a seal made under another key makes the entry untrusted, and the student is
-graded again with the reason in the gradebook.  ``grade.log`` is not sealed: nothing scores it.
+When a grading is installed the batch seals it (``graded/seal.json``): the student's name (their
+folder's), and every entry of ``graded/`` and the batch's outcome by ``lstat`` type, each file with
+its size and SHA-256.  The cache key (the submission's digest, the rubric's matrix part, the grader's
+version) is ``graded/cache-key.json``, one of those files, and the seal holds only if the result in
+``results.json`` names that same submission and matrix.  Before a cache entry is used, the seal is
+checked: a file missing, added, changed, a symlink, device, FIFO or hard-linked file anywhere under
+``graded/``, a seal of another student or made under another key makes the entry untrusted, and the
+student is graded again with the reason in the gradebook.  ``grade.log`` is not sealed (nothing
+scores it), but it must be a plain file too.  Every file is read once, through the no-follow reader
+(``grader.nolinks``), into a private copy that rescoring then reads: what was checked is what scores.
 
 The key is 32 random bytes in a file of its own, created on first use with mode 0600 in a 0700
 directory: ``--seal-key FILE``, else ``$GRADER_SEAL_KEY_FILE``, else
 ``$XDG_STATE_HOME/dist-grader/seal.key`` (``~/.local/state/dist-grader/seal.key``).  It must not be
 inside ``--out`` (whoever can edit the cache could then reseal it).  Losing it costs one regrade of
-the class, nothing else.
+the class, nothing else.  What a neighbour who can write ``--out`` can still do: docs/instructors/seal.md.
 """
 
 from __future__ import annotations
@@ -22,15 +28,31 @@ import hmac
 import json
 import os
 import secrets
+import stat
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from grader.errors import UserError
+from grader.nolinks import Refused, copy_nofollow, kind, open_nofollow, walk
 from grader.render.outputs import write_text
 
 SEAL_FILE = "seal.json"
 SEAL_KEY_ENV = "GRADER_SEAL_KEY_FILE"
+KEY_FILE = "cache-key.json"  # in graded/, only when graded: what the matrix run is valid for
+GRADED_DIR = "graded"  # in a student's directory: what `grader grade --out` wrote, the cache
+STUDENTS_DIR = "students"  # in a batch's --out: one directory per student, by name
+OUTCOME_FILE = "batch-outcome.json"  # in a student's directory: status, exit code, seconds, message
 UNSEALED = {SEAL_FILE, "grade.log"}  # in graded/: the seal itself, and a log nothing scores
-_DOMAIN = b"dist-grader cache seal v1\n"
+_VERSION = 2
+_DOMAIN = b"dist-grader cache seal v2\n"
+_SEAL_LIMIT = 1 << 20  # bytes of seal.json read at most: a seal lists a grading's few dozen files
+_LAYOUT = {"student": str, "entries": dict, "hmac": str}
+
+
+class Untrusted(Exception):
+    """A cached grading that is not to be trusted; the message says why, naming the entry."""
 
 
 def key_path(option: Path | None) -> Path:
@@ -66,61 +88,141 @@ def load_key(path: Path, out: Path | None = None) -> bytes:
     return text.encode()
 
 
-def _sealed_files(student_dir: Path, graded: str) -> dict[str, Path]:
-    """Every file a rescore or a report reads: the outcome, and the grading but its log and seal."""
-    files = {}
-    outcome = student_dir / "batch-outcome.json"
-    if outcome.exists():
-        files[outcome.name] = outcome
-    for path in sorted((student_dir / graded).rglob("*")):
-        rel = path.relative_to(student_dir).as_posix()
-        if path.parent == student_dir / graded and path.name in UNSEALED:
-            continue
-        if not path.is_dir():
-            files[rel] = path
-    return files
+def in_batch(graded: Path) -> bool:
+    """Whether ``graded`` is a batch's cached grading, which is only ever used under its seal: by
+    where it is as named (``students/<name>/graded``; links are not resolved), or a seal in it.
+    Never by a file a forger could delete: without its seal it is refused, not read as unsealed."""
+    path = Path(os.path.abspath(graded))
+    return (path.name == GRADED_DIR and path.parent.parent.name == STUDENTS_DIR) or os.path.lexists(path / SEAL_FILE)
 
 
-def _mac(key: bytes, digests: dict[str, str]) -> str:
-    listing = "".join(f"{name}\0{digest}\n" for name, digest in sorted(digests.items()))
-    return hmac.new(key, _DOMAIN + listing.encode("utf-8", "surrogateescape"), hashlib.sha256).hexdigest()
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def seal(student_dir: Path, graded: str, key: bytes) -> None:
-    """Seal the grading in ``student_dir`` (before it is moved into place)."""
-    digests = {name: _digest(path) for name, path in _sealed_files(student_dir, graded).items()}
-    body = {"version": 1, "files": digests, "hmac": _mac(key, digests)}
+def seal(student_dir: Path, graded: str, key: bytes, student: str) -> None:
+    """Seal the grading in ``student_dir`` as ``student``'s (in the batch, before it is moved into place)."""
+    entries = _entries(student_dir, [OUTCOME_FILE, graded], _unsealed(graded), None, None)
+    body = {"version": _VERSION, "student": student, "entries": entries, "hmac": _mac(key, student, entries)}
     write_text(student_dir / graded / SEAL_FILE, json.dumps(body, indent=2) + "\n")
 
 
-def broken(student_dir: Path, graded: str, key: bytes) -> str:
-    """Why the grading in ``student_dir`` is not to be trusted, naming the file; ``""`` when it is."""
+def open_sealed(student_dir: Path, graded: str, key: bytes, into: Path) -> dict[str, Any] | None:
+    """Copy the grading in ``student_dir`` into ``into`` (the same layout), checking every entry against
+    its seal as it is read; the cache key it was graded under (``None``: a grading that did not finish).
+    :class:`Untrusted` when the seal does not hold for this student (``student_dir``'s name)."""
     where = f"{graded}/{SEAL_FILE}"
-    try:
-        body = json.loads((student_dir / where).read_text(encoding="utf-8"))
-        recorded = body["files"]
-        mac = body["hmac"]
-        if body.get("version") != 1 or not isinstance(recorded, dict) or not isinstance(mac, str):
-            raise ValueError("unknown layout")
-    except FileNotFoundError:
-        return f"{where} is missing"
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return f"{where} is damaged ({exc.__class__.__name__})"
-    files = _sealed_files(student_dir, graded)
-    for name in sorted(set(recorded) - set(files)):
-        return f"{name} is missing"
-    for name in sorted(set(files) - set(recorded)):
-        return f"{name} was added after grading"
-    for name, path in files.items():
+    body = _read_seal(student_dir, where)
+    entries, student = body["entries"], body["student"]
+    if not hmac.compare_digest(_mac(key, student, entries), body["hmac"]):
+        raise Untrusted(f"{where} was not made with this seal key")
+    if student != student_dir.name:
+        raise Untrusted(f"{where} seals the grading of {student!r}, not of {student_dir.name!r}")
+    _entries(student_dir, [OUTCOME_FILE, graded], _unsealed(graded), entries, into)
+    return _cache_key(into / graded)
+
+
+def broken(student_dir: Path, graded: str, key: bytes) -> str:
+    """Why the grading in ``student_dir`` is not to be trusted, naming the entry; ``""`` when it is."""
+    with tempfile.TemporaryDirectory(prefix="grader-sealed-") as tmp:
         try:
-            if _digest(path) != recorded[name]:
-                return f"{name} changed after grading"
-        except OSError as exc:  # a cached file the batch cannot read is that student's, never the class's
-            return f"{name} cannot be read ({exc.strerror})"
-    if not hmac.compare_digest(_mac(key, recorded), mac):
-        return f"{where} was not made with this seal key"
+            open_sealed(student_dir, graded, key, Path(tmp))
+        except Untrusted as exc:
+            return str(exc)
     return ""
+
+
+def copy_unsealed(graded: Path, names: Sequence[str], into: Path) -> None:
+    """Copy ``names`` of a ``grader grade --out`` directory into ``into`` through the no-follow reader:
+    nothing vouches for them, but a link, device, FIFO or hard-linked file is still refused."""
+    _entries(graded, names, set(), None, into)
+
+
+def _unsealed(graded: str) -> set[str]:
+    return {f"{graded}/{name}" for name in UNSEALED}
+
+
+def _read_seal(student_dir: Path, where: str) -> dict[str, Any]:
+    try:
+        fd = open_nofollow(student_dir, where)
+    except Refused as exc:
+        if isinstance(exc.__cause__, FileNotFoundError):
+            raise Untrusted(f"{where} is missing") from None
+        raise Untrusted(f"{exc.where} {exc}") from None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read(_SEAL_LIMIT + 1)
+        if len(data) > _SEAL_LIMIT:
+            raise ValueError(f"over {_SEAL_LIMIT} bytes")
+        body = json.loads(data)
+        if body.get("version") != _VERSION:
+            raise ValueError("a seal of another grader version, which does not name its student")
+        if not all(isinstance(body[field], type_) for field, type_ in _LAYOUT.items()):
+            raise ValueError("unknown layout")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise Untrusted(f"{where} is damaged ({exc.__class__.__name__}: {exc})") from None
+    return body
+
+
+def _entries(
+    root: Path, names: Sequence[str], unsealed: set[str], sealed: dict[str, Any] | None, into: Path | None
+) -> dict[str, dict[str, Any]]:
+    """Every entry of ``names`` under ``root`` by type: a directory, or a regular file of one name with
+    its size and SHA-256, read once through the no-follow reader (into ``into`` when given); anything
+    else is :class:`Untrusted`.  With ``sealed`` (a seal's entries) each is checked as it is met, a file
+    by its size before it is read; ``unsealed`` entries are checked for their type only."""
+    found: dict[str, dict[str, Any]] = {}
+    for name, info in walk(root, names):
+        if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+            raise Untrusted(f"{name} is {kind(info.st_mode)}")
+        if stat.S_ISREG(info.st_mode) and info.st_nlink != 1:
+            raise Untrusted(f"{name} is hard-linked")
+        if name in unsealed:
+            continue
+        entry: dict[str, Any] = {"type": "dir"} if stat.S_ISDIR(info.st_mode) else {"type": "file"}
+        want = None if sealed is None else sealed.get(name)
+        if sealed is not None and not isinstance(want, dict):
+            raise Untrusted(f"{name} was added after grading")
+        if want is not None and (want.get("type") != entry["type"] or want.get("size", info.st_size) != info.st_size):
+            raise Untrusted(f"{name} changed after grading")
+        dest = None if into is None else into / name
+        if entry["type"] == "dir":
+            if dest is not None:
+                dest.mkdir(parents=True, exist_ok=True)
+        else:
+            if dest is not None:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                digest = copy_nofollow(root, name, dest)
+            except Refused as exc:  # swapped since it was listed, or unreadable: this grading's, never the class's
+                raise Untrusted(f"{exc.where} {exc}") from None
+            entry |= {"size": info.st_size, "sha256": digest}
+            if want is not None and want != entry:
+                raise Untrusted(f"{name} changed after grading")
+        found[name] = entry
+    for name in sorted(set(sealed or ()) - set(found)):
+        raise Untrusted(f"{name} is missing")
+    return found
+
+
+def _cache_key(graded: Path) -> dict[str, Any] | None:
+    """The cache key of a sealed grading (its ``cache-key.json``), once its ``results.json`` is found to
+    name that same submission, matrix part and grader version; ``None`` for a grading that did not finish."""
+    if not (graded / KEY_FILE).exists():
+        return None
+    try:
+        key = json.loads((graded / KEY_FILE).read_text(encoding="utf-8"))
+        result = json.loads((graded / "results.json").read_text(encoding="utf-8"))
+        named = {
+            "submission": result["submission"]["digest"],
+            "matrix": result["matrix_digest"],
+            "grader_version": result["grader_version"],
+        }
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise Untrusted(f"{graded.name}/results.json cannot be read against its cache key ({exc!r})") from None
+    for field, value in named.items():
+        if not isinstance(key, dict) or key.get(field) != value:
+            recorded = key.get(field) if isinstance(key, dict) else None
+            raise Untrusted(f"{graded.name}/results.json names another {field} ({value}) than its seal ({recorded})")
+    return key
+
+
+def _mac(key: bytes, student: str, entries: dict[str, Any]) -> str:
+    listing = json.dumps({"student": student, "entries": entries}, sort_keys=True, separators=(",", ":"))
+    return hmac.new(key, _DOMAIN + listing.encode("utf-8", "surrogateescape"), hashlib.sha256).hexdigest()

@@ -53,7 +53,7 @@ def written(out: Path) -> dict[str, object]:
                 data = {k: v for k, v in json.loads(path.read_text()).items() if k != "seconds"}
             elif path.name == SEAL_FILE:
                 assert broken(path.parent.parent, path.parent.name, key) == "", path
-                data = {k: v for k, v in json.loads(path.read_text())["files"].items() if k != "batch-outcome.json"}
+                data = {k: v for k, v in json.loads(path.read_text())["entries"].items() if k != "batch-outcome.json"}
             files[str(path.relative_to(out))] = data
     return files
 

@@ -219,6 +219,134 @@ def test_the_seal_key_is_refused_inside_the_output_and_when_others_can_read_it(t
         batch(roster, tmp_path / "out", templates, seal_key=key)
 
 
+# Forgeries by whoever else can write --out (issue 58): each refused by `grader rescore` and graded
+# again, flagged with the reason, by a batch rerun.  One batch of two, graded once for them all.
+
+
+@pytest.fixture(scope="module")
+def sealed_class(tmp_path_factory: pytest.TempPathFactory, templates: Path) -> tuple[Path, Path]:
+    """A batch's roster and --out: alice's hand-in is wrong (0/10), bob's right (10/10)."""
+    root = tmp_path_factory.mktemp("sealed-class")
+    student(root / "roster", "alice", body=WRONG)
+    student(root / "roster", "bob")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("FAKE_GRADER_LOG", str(root / "grades.log"))
+        batch(root / "roster", root / "out", templates)
+    return root / "roster", root / "out"
+
+
+@pytest.fixture
+def class_copy(sealed_class: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
+    """The module's batch, its --out copied for one test to forge."""
+    roster, out = sealed_class
+    shutil.copytree(out, tmp_path / "out", symlinks=True)
+    return roster, tmp_path / "out"
+
+
+def _bob_s_verdicts_without_alice_s_seal(out: Path) -> None:
+    """The seal deleted, bob's junit.xml copied in, and the outcome that said a batch made it deleted."""
+    alice = out / "students" / "alice"
+    (alice / "graded" / "seal.json").unlink()
+    (alice / "batch-outcome.json").unlink()
+    shutil.copyfile(out / "students" / "bob" / "graded" / "junit.xml", alice / "graded" / "junit.xml")
+
+
+def _bob_s_sealed_grading_moved_in(out: Path) -> None:
+    shutil.rmtree(out / "students" / "alice")
+    shutil.copytree(out / "students" / "bob", out / "students" / "alice")
+
+
+def _deliverables_linked_to_forged_answers(out: Path) -> None:
+    forged = out.parent / "forged"
+    forged.mkdir()
+    (forged / "written_answers.md").write_text("## Q1\n```answers\nbytes: 20\n```\n")
+    shutil.rmtree(out / "students" / "alice" / "graded" / "deliverables", ignore_errors=True)
+    (out / "students" / "alice" / "graded" / "deliverables").symlink_to(forged, target_is_directory=True)
+
+
+def _junit_hard_linked(out: Path) -> None:
+    """A second name for junit.xml outside --out: whoever holds it rewrites the cached file in place."""
+    os.link(out / "students" / "alice" / "graded" / "junit.xml", out.parent / "junit-elsewhere.xml")
+
+
+FORGERIES = {
+    "deleted seal, copied junit.xml": (_bob_s_verdicts_without_alice_s_seal, "graded/seal.json is missing"),
+    "another student's sealed grading moved in": (
+        _bob_s_sealed_grading_moved_in,
+        "graded/seal.json seals the grading of 'bob', not of 'alice'",
+    ),
+    "graded/deliverables a symlink to forged answers": (
+        _deliverables_linked_to_forged_answers,
+        "graded/deliverables is a symlink",
+    ),
+    "junit.xml hard-linked": (_junit_hard_linked, "graded/junit.xml is hard-linked"),
+}
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGERIES))
+def test_a_forged_cache_is_refused_by_rescore_and_graded_again_with_the_reason_by_a_batch_rerun(
+    class_copy, log, templates, capsys, forgery
+):
+    from grader import cli
+
+    roster, out = class_copy
+    forge, why = FORGERIES[forgery]
+    forge(out)
+    alice = out / "students" / "alice" / "graded"
+    before = _files(out)
+    assert cli.main(["rescore", str(alice), "--rubric", str(RUBRIC)]) == 1
+    assert f"{alice}: {why}: grade it again" in capsys.readouterr().err
+    assert _files(out) == before  # nothing rescored, nothing resealed
+
+    rows = batch(roster, out, templates)
+    assert graded_now(log) == ["alice"]
+    assert book(out) == HEADER + graded("alice", 0, "cache_untrusted") + graded("bob")
+    assert message(out, "alice").startswith(f"graded again: the cache was not trusted: {why}")
+    assert rows[0].message == message(out, "alice")
+    assert cli.main(["rescore", str(alice), "--rubric", str(RUBRIC)]) == 0  # graded again: sealed, alice's
+    assert capsys.readouterr().out.startswith(f"{alice}: 0/10\n")
+
+
+def test_a_sealed_grading_whose_results_name_another_submission_is_refused_and_graded_again(
+    class_copy, log, templates, capsys
+):
+    """Sealed under the right key, but its results.json is bob's: not what its cache key says was graded
+    (a grade of another hand-in than the one keyed, as a push during the grade would make)."""
+    from grader import cli
+    from grader.seal import key_path, load_key, seal
+
+    roster, out = class_copy
+    alice = out / "students" / "alice"
+    shutil.copyfile(out / "students" / "bob" / "graded" / "results.json", alice / "graded" / "results.json")
+    seal(alice, "graded", load_key(key_path(None)), "alice")
+    bob = json.loads((alice / "graded" / "results.json").read_text())["submission"]["digest"]
+    keyed = json.loads((alice / "graded" / "cache-key.json").read_text())["submission"]
+    why = f"graded/results.json names another submission ({bob}) than its seal ({keyed})"
+    assert cli.main(["rescore", str(alice / "graded"), "--rubric", str(RUBRIC)]) == 1
+    assert f"{alice / 'graded'}: {why}: grade it again" in capsys.readouterr().err
+    batch(roster, out, templates)
+    assert graded_now(log) == ["alice"]
+    assert book(out) == HEADER + graded("alice", 0, "cache_untrusted") + graded("bob")
+    assert message(out, "alice").startswith(f"graded again: the cache was not trusted: {why}")
+
+
+def test_a_grade_out_directory_is_rescored_as_unsealed_and_still_never_through_a_link(tmp_path, templates, capsys):
+    from grader import cli
+
+    out = tmp_path / "right"
+    shutil.copytree(templates / "right", out)
+    assert cli.main(["rescore", str(out), "--rubric", str(RUBRIC)]) == 0
+    assert capsys.readouterr().out.startswith(f"{out}: 10/10 (unsealed: a `grader grade --out` directory")
+    (out / "junit.xml").rename(tmp_path / "junit.xml")
+    (out / "junit.xml").symlink_to(tmp_path / "junit.xml")
+    assert cli.main(["rescore", str(out), "--rubric", str(RUBRIC)]) == 1
+    assert f"{out}: junit.xml is a symlink: grade it again" in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------------------------
 # 2. One student's fault is that student's row; rescore is all or nothing
 

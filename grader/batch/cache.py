@@ -11,6 +11,7 @@ any student code again.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,11 @@ from grader.batch.roster import Student
 from grader.errors import UserError
 from grader.gradebook import DAMAGED_ARCHIVE, EMPTY, UNREADABLE_FLAG
 from grader.intake import take
+from grader.nolinks import Refused, open_nofollow
 from grader.results import TimeSource
 from grader.rubric import Rubric
-from grader.seal import SEAL_FILE, broken
+from grader.seal import Untrusted, open_sealed
 from grader.submission_time import given
-
-KEY_FILE = "cache-key.json"
 
 
 def submission_key(
@@ -72,22 +72,23 @@ def _in_roster(exc: OSError, student: Student) -> bool:
 
 
 def cached(student_dir: Path, graded: str, key: dict[str, Any], seal_key: bytes) -> tuple[bool, str]:
-    """``(True, "")`` when ``student_dir`` holds a finished grading made for ``key`` under an intact
-    seal (``grader.seal``); else ``(False, why it is not trusted)``, ``why`` empty when there is
-    simply nothing usable: no grading yet, a failed one (no key recorded), or a stale key."""
-    files = [student_dir / graded / name for name in (KEY_FILE, "results.json", "junit.xml", SEAL_FILE)]
-    if not any(f.exists() for f in files):
+    """``(True, "")`` when ``student_dir`` holds a finished grading made for ``key`` under a seal that
+    holds for this student (``grader.seal``); else ``(False, why it is not trusted)``, ``why`` empty
+    when there is simply nothing usable: no grading yet, a failed one (no key recorded), or a stale key
+    (the student handed in again, or the rubric's matrix part or the grader changed)."""
+    if not os.path.lexists(student_dir / graded):
         return False, ""
-    why = broken(student_dir, graded, seal_key)
-    if why:
-        return False, why
-    if not all(f.is_file() for f in files):  # sealed without a result: a grading that failed
-        return False, ""
-    return read_json(student_dir / graded / KEY_FILE) == key, ""
+    with tempfile.TemporaryDirectory(prefix="grader-cached-") as tmp:
+        try:
+            return open_sealed(student_dir, graded, seal_key, Path(tmp)) == key, ""
+        except Untrusted as exc:
+            return False, str(exc)
 
 
 def read_json(path: Path) -> Any:
+    """The JSON in ``path``, read without following a link (``grader.nolinks``); None when there is none."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        with os.fdopen(open_nofollow(path.parent, path.name), "rb") as fh:
+            return json.loads(fh.read())
+    except (Refused, OSError, ValueError):
         return None

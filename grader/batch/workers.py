@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TextIO
 
-from grader.batch.cache import KEY_FILE, cached, read_json, submission_key
+from grader.batch.cache import cached, read_json, submission_key
 from grader.batch.roster import Student
 from grader.errors import UserError, environment_fault
 from grader.gradebook import CACHE_UNTRUSTED, EMPTY, GRADED, GRADER_ERROR, NO_SUBMISSION, TIMEOUT, UNREADABLE
@@ -34,7 +34,7 @@ from grader.results import GradeResult, TimeSource
 from grader.rubric import Rubric
 from grader.salt import SALT_ENV
 from grader.sandbox.parent import DIE_WITH_PARENT_ENV
-from grader.seal import seal
+from grader.seal import GRADED_DIR, KEY_FILE, OUTCOME_FILE, seal
 
 if TYPE_CHECKING:
     from grader.batch.grade_server import GradeServer
@@ -44,8 +44,6 @@ if TYPE_CHECKING:
 KILL_GRACE_S = 10.0  # between SIGINT and SIGKILL when a grade is ended
 GRADE_ATTEMPTS = 2  # starts of one student's grade: a grade server that dies under one costs one
 LOG_TAIL = 2000  # characters of grade.log quoted as the message of a failed grade
-GRADED_DIR = "graded"  # in a student's directory: what `grader grade --out` wrote, the cache
-OUTCOME_FILE = "batch-outcome.json"
 
 
 class BatchStop(UserError):
@@ -152,7 +150,7 @@ class Grader:
         write_text(tmp / OUTCOME_FILE, json.dumps(vars(outcome), indent=2) + "\n")
         if outcome.status == GRADED:
             write_text(graded / KEY_FILE, json.dumps(key, indent=2) + "\n")
-        seal(tmp, GRADED_DIR, self.seal_key)
+        seal(tmp, GRADED_DIR, self.seal_key, student.name)
         _install_dir(tmp, self.students_dir / student.name)
         return outcome
 
