@@ -499,14 +499,19 @@ def test_every_disguised_copy_ranks_above_every_honest_pair(disguises):
     assert lowest[1] > max(honest.values())
 
 
-def test_a_padded_copy_scores_its_source_whole_and_is_listed_above_the_floor(disguises):
-    """Containment: the padded copy's own share is small, its source's is all of it; the pair is listed."""
+def test_a_padded_copy_scores_its_source_whole_and_its_view_says_which_side_was_padded(disguises):
+    """Containment: the padded copy's own share is small, its source's is all of it; the pair is listed,
+    and its view on the page gives both shares."""
+    from grader.render.similarity import render_html
+
     for pack_id in ("a5", "hw12"):
         _, report = disguises[pack_id]
         padded = next(p for p in report.listed if {p.student_a, p.student_b} == {"padded", "ref"})
-        assert padded.similarity == 1.0
-        text = padded.text_a if padded.student_a == "padded" else padded.text_b
-        assert "class SequenceMatcher" in text and "def dedent" in text  # the padding is read and compared
+        assert (padded.student_a, padded.student_b) == ("padded", "ref")
+        assert padded.similarity == padded.share_b == 1.0 and padded.share_a < 0.2, padded.share_a
+        assert "class SequenceMatcher" in padded.text_a and "def dedent" in padded.text_a  # the padding is read
+        page = render_html("t", [padded], FLOOR, 2, [])
+        assert f"{padded.share_a:.0%} of padded&#x27;s compared code is in ref&#x27;s; 100% of ref&#x27;s" in page
 
 
 @pytest.mark.parametrize("form", sorted({*corpus.TAGS, "prompt-classic", "prompt-ipython"}))

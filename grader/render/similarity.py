@@ -30,10 +30,21 @@ class Shared:
     text_b: str
     regions_a: list[tuple[int, int]]
     regions_b: list[tuple[int, int]]
+    #: the share of each student's compared code the other holds: ``similarity`` is the larger, and a small
+    #: other share is code one of them added (a copy padded with code of its own)
+    share_a: float = 0.0
+    share_b: float = 0.0
 
     @property
     def shown(self) -> str:
         return f"{self.similarity:.3f}"
+
+    def shares(self) -> str:
+        """Both shares, as a sentence for the pair's view."""
+        return (
+            f"{self.share_a:.0%} of {self.student_a}'s compared code is in {self.student_b}'s; "
+            f"{self.share_b:.0%} of {self.student_b}'s is in {self.student_a}'s."
+        )
 
 
 @dataclass(frozen=True)
@@ -92,7 +103,8 @@ def _view(rank: int, pair: Shared) -> str:
         )
     )
     title = f"{rank}. {pair.student_a} and {pair.student_b}: {pair.shown}"
-    return _section(view_anchor(rank), title, f'<div class="sides">{sides}</div>')
+    shares = f'<p class="muted" data-shares>{escape(pair.shares())}</p>'
+    return _section(view_anchor(rank), title, f'{shares}<div class="sides">{sides}</div>')
 
 
 def _marked(text: str, regions: Sequence[tuple[int, int]]) -> str:

@@ -118,6 +118,8 @@ def compare_class(
                 found[p.b].text,
                 p.regions_a,
                 p.regions_b,
+                round(p.share_a, 3),
+                round(p.share_b, 3),
             )
             for p in scored
             if p.similarity > 0

@@ -53,13 +53,20 @@ class Fingerprint:
 
 @dataclass(frozen=True)
 class Pair:
-    """Two documents' shared code: a similarity in [0, 1] and, per document, the shared regions of its text."""
+    """Two documents' shared code: per document, the share of it the other holds (in [0, 1]) and the shared
+    regions of its text."""
 
     a: int
     b: int
-    similarity: float
+    share_a: float  # the share of document a's comparable code that b holds too
+    share_b: float
     regions_a: list[tuple[int, int]]  # [start, end) character ranges of document a's text
     regions_b: list[tuple[int, int]]
+
+    @property
+    def similarity(self) -> float:
+        """Containment: the larger share (see :func:`similar_pairs`)."""
+        return max(self.share_a, self.share_b)
 
 
 def normalise(text: str) -> tuple[str, np.ndarray]:
@@ -152,8 +159,9 @@ def _compare(a: int, b: int, first: Fingerprint, second: Fingerprint) -> Pair:
     shared = first.positions.keys() & second.positions.keys()
     slices_a = _runs(np.array([at for h in shared for at in first.positions[h]], dtype=np.int64))
     slices_b = _runs(np.array([at for h in shared for at in second.positions[h]], dtype=np.int64))
-    similarity = max(_share(slices_a, first), _share(slices_b, second))
-    return Pair(a, b, similarity, _regions(slices_a, first), _regions(slices_b, second))
+    return Pair(
+        a, b, _share(slices_a, first), _share(slices_b, second), _regions(slices_a, first), _regions(slices_b, second)
+    )
 
 
 def _runs(positions: np.ndarray) -> np.ndarray:
