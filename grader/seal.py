@@ -151,8 +151,10 @@ def _read_seal(student_dir: Path, where: str) -> dict[str, Any]:
         if len(data) > _SEAL_LIMIT:
             raise ValueError(f"over {_SEAL_LIMIT} bytes")
         body = json.loads(data)
+        if body.get("version") == 1:
+            raise Untrusted(f"{where} is an older grader's, which does not say whose grading it is")
         if body.get("version") != _VERSION:
-            raise ValueError("a seal of another grader version, which does not name its student")
+            raise ValueError(f"version {body.get('version')!r}")
         if not all(isinstance(body[field], type_) for field, type_ in _LAYOUT.items()):
             raise ValueError("unknown layout")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
