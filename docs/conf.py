@@ -37,5 +37,7 @@ myst_heading_anchors = 3
 html_theme = "furo"
 html_title = f"dist-grader {release}"
 html_static_path = ["_static"]
+# the generated references' tables fit the page: long paths and usage lines wrap
+html_css_files = ["reference.css"]
 # A reference to a document, a heading or a label that does not exist is an error, not a plain text
 nitpicky = True

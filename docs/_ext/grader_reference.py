@@ -108,7 +108,7 @@ class CliReference(SphinxDirective):
 
         parser = build_parser()
         parser.prog = "grader"
-        found: list[nodes.Node] = [_literal_block(parser.format_usage())]
+        found: list[nodes.Node] = []
         for command, child in [("grader", parser), *subcommands(parser)]:
             section = _section(self, command, f"cli-{command}")
             child.prog = command
@@ -117,7 +117,7 @@ class CliReference(SphinxDirective):
             help_line = _help_of(parser, command)
             if help_line:
                 section += _paragraph(help_line)
-            section += _literal_block(child.format_usage())
+            section += _literal_block(_usage(child))
             rows = [_argument_row(action) for action in shown_arguments(child)]
             if rows:
                 section += _table(["argument", "what it does"], rows, [30, 70])
@@ -126,8 +126,13 @@ class CliReference(SphinxDirective):
 
 
 def _literal_block(text: str) -> nodes.literal_block:
-    text = " ".join(text.split())
-    return nodes.literal_block(text, text, language="text")
+    return nodes.literal_block(text, text.rstrip(), language="text")
+
+
+def _usage(parser: argparse.ArgumentParser) -> str:
+    """The usage line wrapped at 88 columns, whatever terminal the build runs in."""
+    parser.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=88)
+    return parser.format_usage()
 
 
 def _help_of(root: argparse.ArgumentParser, command: str) -> str:
@@ -230,8 +235,9 @@ class FormatReference(SphinxDirective):
                     continue
                 listed.add(path)
                 description = _resolve(child, root).get("description", "")
-                rows.append([_literal(path), _type_of(child, root), "yes" if required else "", description])
-            section += _table(["field", "type", "required", "what it is"], rows, [25, 20, 8, 47])
+                kind = f"{_type_of(child, root)}, required" if required else _type_of(child, root)
+                rows.append([_literal(path), kind, description])
+            section += _table(["field", "type", "what it is"], rows, [30, 25, 45])
             found.append(section)
         return found
 
