@@ -58,7 +58,11 @@ def build(entry: Path, spec: dict[str, Any], dest: Path) -> Path:
         (dest / name).unlink()
         shutil.copy(entry / instead, dest / instead)
     for name, source in spec.get("files", {}).items():
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(entry / source, dest / name)
+    for name, source in spec.get("copies", {}).items():  # a file of the repo (a starter) handed in beside the work
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / source, dest / name)
     for name, saved_as in spec.get("rename", {}).items():  # a hand-in under the name Colab gave it
         (dest / name).rename(dest / saved_as)
     return dest

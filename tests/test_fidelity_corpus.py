@@ -4,7 +4,8 @@ Each entry in ``tests/corpus/fidelity/<name>/expected.json`` is a reference (``b
 small edit (``patch``: ``[old, new]`` pairs per file; ``answers_patch`` for the written answers, or
 ``answers_file`` to replace them; ``replace``: a file of the base -> the entry's own file handed in
 instead, as HW12's export is; ``files``: submission path -> a file of the entry that replaces it, as
-the ``a5_*`` reports do; ``rename``: a file of the base -> the name a student's tool saved it under),
+the ``a5_*`` reports do; ``copies``: submission path -> a file of the repo (a starter) handed in beside
+the work; ``rename``: a file of the base -> the name a student's tool saved it under),
 the exact item scores its pack's default rubric must give it (``pack``,
 ``a9`` unless named; the ``a4_*`` entries are Assignment 4's, the ``hw12_*`` HW12's, the ``a5_*``
 Assignment 5's), and ``why``: what the handout says about that submission.  Solutions written the

@@ -298,3 +298,15 @@ def test_the_flag_reaches_the_gradebook_and_the_students_report() -> None:
     said = "Graded hw12.ipynb from drafts/hw12.ipynb: from a subfolder and chosen over hw12 copy.ipynb"
     assert said in render_student_report(result) and said in render_markdown(result)
     assert GradeResult.from_dict(json.loads(result.to_json())).submission.chosen == result.submission.chosen
+
+
+def test_an_a4_starter_in_a_subfolder_never_takes_over_and_the_logs_are_still_found(tmp_path: Path) -> None:
+    """The handout's assignment4.py kept in starter/ used to become the submission's root by its name:
+    the template was graded and the logs beside the work were missing."""
+    script = (REPO / "reference/a4/assignment4.py").read_bytes()
+    starter = (REPO / "student_template/a4/assignment4.py").read_bytes()
+    files = {"a4_final.py": script, "starter/assignment4.py": starter, "run.log": b"log\n", "run.err": b""}
+    taken = submit(tmp_path, files, "a4")
+    assert taken.info.files["assignment4.py"] == digest(script)
+    assert taken.problems == []
+    assert taken.info.chosen == [ChosenFile("assignment4.py", "a4_final.py", ["starter/assignment4.py"], [FILE_CHOSEN])]
