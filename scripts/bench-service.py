@@ -251,6 +251,7 @@ def main() -> None:
                 if push.final and push.status == "graded" and expected.get(push.student) != push.score:
                     mismatches.append(f"{push.student}: service {push.score}, batch {expected.get(push.student)}")
         report(summary(pushes, batch_wall))
+        print(f"load average after: {os.getloadavg()[0]:.1f} (this machine's other work moves every figure above)")
         for line in mismatches:
             print(f"  SCORE DIFFERS: {line}")
         errors = [
