@@ -32,10 +32,10 @@ WINDOW = 6
 #: (``rank, world = (dist.get_rank(), dist.get_world_size())`` is 30), not evidence: a few of them could
 #: otherwise be the whole of a small document's code
 MIN_RUN = 40
-#: a document's comparable size is never taken as less than this many normalised characters (about ten
-#: lines of code): two students whose own code is Q2's three obvious assertions share all of it, and a
-#: share of so little is no evidence; the smallest complete A5 report holds 291
-SMALLEST = 300
+#: a document's comparable size is never taken as less than this many normalised characters (about seven
+#: lines of code): two students whose own code is Q2's three obvious assertions (45) share all of it, and
+#: a share of so little is no evidence; the smallest complete hand-in of the corpus, A5's, holds 229
+SMALLEST = 200
 #: k-gram hashes are 52 bits: winnowing compares them as float64 (copydetect's Python fallback), exactly so
 HASH_MASK = (1 << 52) - 1
 
