@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from oidc_issuer import Issuer
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the service's test helpers (tests/ is not a package)
+from service_kit import git  # noqa: E402
 
 PREFIX, ASSIGNMENT = "a9-", "a9"
 AUDIENCE = "https://grader.bench"
@@ -57,14 +59,6 @@ TREES = {
 }
 PATTERN = ("reference", "naive", "template", "reference", "syntax-error", "naive")
 FIRST_PUSH = "template"  # what a student who pushes twice pushes first: the untouched template
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Student",
-    "GIT_AUTHOR_EMAIL": "student@example.edu",
-    "GIT_COMMITTER_NAME": "Student",
-    "GIT_COMMITTER_EMAIL": "student@example.edu",
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 
 
 @dataclass
@@ -140,12 +134,6 @@ def summary(pushes: list[Push], batch_wall: float | None) -> dict[str, float | i
 # --- the class and the service ----------------------------------------------------------------------------
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=repo, env={**os.environ, **GIT_ENV}, check=True, capture_output=True, text=True
-    ).stdout
-
-
 def build(pushes: list[Push], root: Path) -> Path:
     """Each student's repository, committed push by push; each push's bundle and sha taken as it is made.
     Returns the roster directory of final trees for ``grader batch``."""
@@ -160,7 +148,7 @@ def build(pushes: list[Push], root: Path) -> Path:
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
         shutil.copytree(TREES[push.kind], repo, dirs_exist_ok=True, ignore=shutil.ignore_patterns("expected.json"))
         git(repo, "add", "-A")
-        git(repo, "commit", "-q", "--allow-empty", "-m", push.kind)
+        git(repo, "commit", "-q", "--allow-empty", "-m", f"{push.student}: {push.kind}")  # a commit of their own
         push.bundle, push.sha = submit.bundle_head(repo)
     return roster
 
@@ -224,7 +212,6 @@ def main() -> None:
     parser.add_argument("--no-batch", action="store_true", help="skip the batch over the same class")
     args = parser.parse_args()
     pushes = schedule(args.students, args.window, args.twice, args.seed)
-    sys.path.insert(0, str(REPO / "tests"))  # the service's test helpers (tests/ is not a package)
     from local_service import OWNER, local_service
     from oidc_issuer import Issuer
 

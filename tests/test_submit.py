@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from local_service import JSONHandler
+from service_kit import git
 
 from grader import submit
 from grader.render.outputs import write_outputs
@@ -32,14 +33,6 @@ ROOT = Path(__file__).resolve().parents[1]
 GRADED = ROOT / "tests" / "fixtures" / "results" / "graded.json"
 TOY = ROOT / "tests" / "toy_pack"
 SUBMISSION_ID = "s" * 32
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Student",
-    "GIT_AUTHOR_EMAIL": "s@example.edu",
-    "GIT_COMMITTER_NAME": "Student",
-    "GIT_COMMITTER_EMAIL": "s@example.edu",
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 
 
 class Service:
@@ -105,11 +98,6 @@ def service() -> Iterator[Service]:
     yield served
     served.http.shutdown()
     served.http.server_close()
-
-
-def git(repo: Path, *args: str) -> str:
-    env = {**os.environ, **GIT_ENV}
-    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout
 
 
 @pytest.fixture
