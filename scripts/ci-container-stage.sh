@@ -142,26 +142,29 @@ done
 # output read as the reporter reads it, whose points must be the grader's.  In the same slots as the
 # gradings above: one at a time, a slot sat idle for about a minute and a half.  HW12's template
 # first: it once waited a second after each of its failed cases, and last it ran on alone.
-doors=()  # PACK:TREE:SCORE of every door grading started, its log and failure marker under $OUT/door-<n>
+# The last door is the workflow's service mode (issue 59): the same step verbatim with GRADER_SERVICE set, its
+# `grader submit` in the image against a local `grader serve` and OIDC issuer (bench-classroom.py --service).
+doors=()  # PACK:TREE:SCORE[:service] of every door grading started, its log and failure marker under $OUT/door-<n>
 for door in hw12:student_template/hw12:0+0 a9:reference/a9:105+5 a4:reference/a4:100+0 hw12:reference/hw12:6.5+0 \
-    a5:reference/a5:88+0 a9:student_template/a9:0+0 a4:student_template/a4:0+0 a5:student_template/a5:0+0; do
-    IFS=: read -r pack tree score <<<"$door"
+    a5:reference/a5:88+0 a9:student_template/a9:0+0 a4:student_template/a4:0+0 a5:student_template/a5:0+0 \
+    a9:reference/a9:105+5:service; do
+    IFS=: read -r pack tree score mode <<<"$door"
     while [[ $(running) -ge $PARALLEL ]]; do wait -n "${gradings[@]}" 2>/dev/null || true; done
     say "grading $tree as the $pack template's Classroom workflow step runs it"
     log=$OUT/door-${#doors[@]}
     doors+=("$door")
     rm -f "$log.log" "$log.failed"
     ("$PYTHON" "$ROOT/scripts/bench-classroom.py" --image "$IMAGE" --pack "$pack" --submission "$tree" --expect "$score" \
-        >"$log.log" 2>&1 || echo "$?" >"$log.failed") &
+        ${mode:+--service} >"$log.log" 2>&1 || echo "$?" >"$log.failed") &
     gradings+=("$!")
 done
 for pid in "${gradings[@]}"; do wait "$pid" 2>/dev/null || true; done
 rm -rf "$repo" "$(dirname "$a4zip")"
 for n in "${!doors[@]}"; do
-    IFS=: read -r pack tree score <<<"${doors[$n]}"
+    IFS=: read -r pack tree score mode <<<"${doors[$n]}"
     cat "$OUT/door-$n.log" >&2
     if [[ -f $OUT/door-$n.failed ]]; then
-        problems+=("the $pack Classroom workflow's step does not grade $tree $score, or the reporter's points differ")
+        problems+=("the $pack Classroom workflow's step ${mode:+(service mode) }does not grade $tree $score, or the reporter's points differ")
     fi
 done
 checks=()
