@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -39,6 +40,7 @@ from grader.results import Verdict
 from grader.runtimes.torchdist import mode
 from grader.runtimes.torchdist.zygote import NUMERICS_ENV
 from grader.salt import SALT_ENV
+from grader.sandbox import cgroups
 
 MAX_ROUNDS = 4
 #: pytest's plugins the session has no use for: each costs time on every one of hundreds of cases
@@ -137,76 +139,92 @@ def run_matrix(
     assignment = load_pack(pack)
     runtimes.require(assignment.runtime, assignment.id)
     workdir.mkdir(parents=True, exist_ok=True)
-    ledger = workdir / "ledger.jsonl"
-    start = _Start(ledger)
-    everything = _case_names(assignment, only)
-    preface = Preface(assignment.rank_side, _ahead(assignment, isolation))
-    round_no = 0
-    while round_no < MAX_ROUNDS:
-        round_no += 1
-        session_host = host if round_no == 1 and host is not None else Host.take()
-        junit = workdir / f"junit-round{round_no}.xml"
-        config = MatrixConfig(
-            pack=pack,
-            pack_path=list(assignment.search_path),
-            sandbox=str(sandbox),
-            present=present,
-            limits=limits,
-            policy=policy,
-            ledger=str(ledger),
-            isolation_report=str(workdir / "isolation.json"),
-            salt=salt,
-            skip=start.decided + [name for name in _case_names(assignment, None) if name not in everything],
-            isolation_config=isolation_config or {},
-            layers=layers or {},
-            isolation=isolation,
-            timeline=str(workdir / f"timeline-round{round_no}.json"),
-            launched=time.monotonic(),
-        )
-        remaining = total_timeout_s - (time.monotonic() - start.began)
-        try:
-            code, start.log = _session(
-                config, assignment, preface, workdir, junit, remaining, session_host, stall_after_s(limits)
+    with _grading_group() as (grading, grading_layer):
+        ledger = workdir / "ledger.jsonl"
+        start = _Start(ledger)
+        everything = _case_names(assignment, only)
+        preface = Preface(assignment.rank_side, _ahead(assignment, isolation))
+        round_no = 0
+        while round_no < MAX_ROUNDS:
+            round_no += 1
+            session_host = host if round_no == 1 and host is not None else Host.take()
+            junit = workdir / f"junit-round{round_no}.xml"
+            config = MatrixConfig(
+                pack=pack,
+                pack_path=list(assignment.search_path),
+                sandbox=str(sandbox),
+                present=present,
+                limits=limits,
+                policy=policy,
+                ledger=str(ledger),
+                isolation_report=str(workdir / "isolation.json"),
+                salt=salt,
+                skip=start.decided + [name for name in _case_names(assignment, None) if name not in everything],
+                isolation_config=isolation_config or {},
+                layers={**(layers or {}), "grading_cgroup": grading_layer},
+                isolation=isolation,
+                timeline=str(workdir / f"timeline-round{round_no}.json"),
+                launched=time.monotonic(),
             )
-        except HostLost as exc:
-            if start.number == HOST_ATTEMPTS:
-                raise
-            sys.stderr.write(f"grader: {exc}: every case is graded again from the start\n")
-            start, host, round_no = _Start(ledger, start.number + 1), None, 0
-            continue
-        for stage, seconds in timeline.read(Path(config.timeline), time.monotonic(), config.launched).items():
-            start.phases[stage] = start.phases.get(stage, 0.0) + seconds
-        if junit.exists():
-            start.rounds.append(junit)
-        if code in (0, 1) and junit.exists():
-            break
-        done = [line["case"] for line in _ledger(ledger)]
-        todo = [name for name in everything if name not in done and name not in start.decided]
-        if not todo:
-            break
-        reason = "the grading session was killed" if code < 0 or code > 1 else "the grading session stopped"
-        timed_out = time.monotonic() - start.began >= total_timeout_s  # stopped for it, or a next has no time
-        if not _student_code_started(ledger):
-            when = " at the total time limit" if timed_out else ""
-            message = f"{reason}{when} before any case ran the submission's code (exit status {code})"
-            raise SessionFailed(message, start.log[-4000:])
-        if timed_out:
-            out_of_time = "the submission used up the total time limit before this case"
-            start.synthetic += [(name, out_of_time, Verdict.NOT_RUN) for name in todo]
-            break
-        message = f"{reason} while this case ran (exit status {code}); a rank may have killed it"
-        start.synthetic.append((todo[0], message, Verdict.CRASH))
-        with ledger.open("a") as f:  # the next round's session reads every verdict decided so far here
-            f.write(json.dumps({"case": todo[0], "verdict": Verdict.CRASH.value}) + "\n")
-        start.decided = done + [name for name, _, _ in start.synthetic]
-    merged = workdir / "junit.xml"
-    unselected = [name for name in _case_names(assignment, None) if name not in everything] if partial else []
-    synthetic = start.synthetic + [(name, NOT_SELECTED, Verdict.NOT_RUN) for name in unselected]
-    _merge(start.rounds, synthetic, everything + unselected, merged, assignment)
-    report = workdir / "isolation.json"
-    layers = json.loads(report.read_text()) if report.exists() else {}
-    seconds = time.monotonic() - start.began
-    return MatrixRun(merged, seconds, len(start.rounds), layers, start.log[-4000:], start.phases)
+            remaining = total_timeout_s - (time.monotonic() - start.began)
+            try:
+                code, start.log = _session(
+                    config, assignment, preface, workdir, junit, remaining, session_host, stall_after_s(limits), grading
+                )
+            except HostLost as exc:
+                if start.number == HOST_ATTEMPTS:
+                    raise
+                sys.stderr.write(f"grader: {exc}: every case is graded again from the start\n")
+                start, host, round_no = _Start(ledger, start.number + 1), None, 0
+                continue
+            for stage, seconds in timeline.read(Path(config.timeline), time.monotonic(), config.launched).items():
+                start.phases[stage] = start.phases.get(stage, 0.0) + seconds
+            if junit.exists():
+                start.rounds.append(junit)
+            if code in (0, 1) and junit.exists():
+                break
+            done = [line["case"] for line in _ledger(ledger)]
+            todo = [name for name in everything if name not in done and name not in start.decided]
+            if not todo:
+                break
+            reason = "the grading session was killed" if code < 0 or code > 1 else "the grading session stopped"
+            timed_out = time.monotonic() - start.began >= total_timeout_s  # stopped for it, or a next has no time
+            if not _student_code_started(ledger):
+                when = " at the total time limit" if timed_out else ""
+                message = f"{reason}{when} before any case ran the submission's code (exit status {code})"
+                raise SessionFailed(message, start.log[-4000:])
+            if timed_out:
+                out_of_time = "the submission used up the total time limit before this case"
+                start.synthetic += [(name, out_of_time, Verdict.NOT_RUN) for name in todo]
+                break
+            message = f"{reason} while this case ran (exit status {code}); a rank may have killed it"
+            start.synthetic.append((todo[0], message, Verdict.CRASH))
+            with ledger.open("a") as f:  # the next round's session reads every verdict decided so far here
+                f.write(json.dumps({"case": todo[0], "verdict": Verdict.CRASH.value}) + "\n")
+            start.decided = done + [name for name, _, _ in start.synthetic]
+        merged = workdir / "junit.xml"
+        unselected = [name for name in _case_names(assignment, None) if name not in everything] if partial else []
+        synthetic = start.synthetic + [(name, NOT_SELECTED, Verdict.NOT_RUN) for name in unselected]
+        _merge(start.rounds, synthetic, everything + unselected, merged, assignment)
+        report = workdir / "isolation.json"
+        layers = json.loads(report.read_text()) if report.exists() else {}
+        seconds = time.monotonic() - start.began
+        return MatrixRun(merged, seconds, len(start.rounds), layers, start.log[-4000:], start.phases)
+
+
+@contextlib.contextmanager
+def _grading_group() -> Iterator[tuple[cgroups.GradingCgroup | None, str]]:
+    """This grading's group (``cgroups.GradingCgroup``), with its line in the isolation map: one CPU
+    share weighted as every other grading's, and its part of the machine's memory where a batch runs
+    ``--jobs`` gradings side by side; None, and the reason, where no cgroup can be made."""
+    made = cgroups.GradingCgroup.make(cgroups.memory_share_mb(cgroups.machine_memory_mb(), cgroups.batch_jobs()))
+    if isinstance(made, str):
+        yield None, made
+        return
+    try:
+        yield made, made.layer()
+    finally:
+        made.close()
 
 
 class _Start:
@@ -247,11 +265,13 @@ def _session(
     timeout_s: float,
     host: Host,
     stall_s: float,
+    grading: cgroups.GradingCgroup | None = None,
 ) -> tuple[int, str]:
     """Run one session in ``host`` and return its exit status and the tail of its output.  The host
     forks the zygote first (wherever the Linux sandbox is built, and for the portable runtime on
     Linux), or spawns workers (the portable runtime on macOS and Windows).  A session whose ledger
-    stays still for ``stall_s`` is ended (:class:`HostStalled`)."""
+    stays still for ``stall_s`` is ended (:class:`HostStalled`).  The host and its zygote join the
+    ``grading`` group before the host becomes the session, whose own groups nest in it."""
     home = workdir / "session"
     home.mkdir(exist_ok=True)
     ini = home / "pytest.ini"
@@ -298,6 +318,9 @@ def _session(
         host = host.for_pack(preface)
         stack.callback(host.close)
         host.preload(preface)
+        if grading is not None:
+            grading.join(host.proc.pid)
+            env[cgroups.GRADING_ENV] = grading.name
         proc, log = host.begin(args, {**env, PARENT_ENV: str(host.parent)}, str(home)), host.log
         try:
             code = _wait(proc, max(timeout_s, 1.0), Path(config.ledger), stall_s)

@@ -1,17 +1,30 @@
-"""Kernel-counted resources and uids: what the session writes into the cgroup hierarchy, and which
-uid each rank of each concurrent grading gets."""
+"""Kernel-counted resources and uids: what the session writes into the cgroup hierarchy, the group each
+grading's processes share (one CPU share and one memory limit per grading, issue 58), and which uid
+each rank of each concurrent grading gets."""
 
 from __future__ import annotations
 
 import itertools
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from grader.sandbox import slots
-from grader.sandbox.cgroups import HEADROOM_MB, Cgroups
+from grader.sandbox.cgroups import (
+    HEADROOM_MB,
+    RESERVE_MB,
+    Cgroups,
+    GradingCgroup,
+    cpu_weight,
+    memory_share_mb,
+    parent_weight,
+)
 
 
 def fake_v2(tmp_path: Path) -> Path:
@@ -68,6 +81,156 @@ def test_groups_of_a_killed_session_are_swept(tmp_path: Path) -> None:
     mine.mkdir()
     layer.sweep()
     assert not dead.exists() and mine.exists()
+
+
+def fake_v1(tmp_path: Path) -> Path:
+    """The hierarchies a cgroup v1 host mounts, as this machine does (a directory standing in for each)."""
+    root = tmp_path / "cgroup"
+    for hierarchy, probe in (("cpu", "cpu.shares"), ("memory", "memory.limit_in_bytes"), ("pids", "cgroup.procs")):
+        (root / hierarchy).mkdir(parents=True)
+        (root / hierarchy / probe).write_text("")
+    return root
+
+
+def test_the_weight_is_the_same_for_every_grading_in_the_file_each_version_reads() -> None:
+    """A grading's weight does not follow its world size or how many processes it runs: every grading's
+    is a nice-0 process's, the kernel's default for a new group."""
+    assert cpu_weight(2) == ("cpu.weight", "100")
+    assert cpu_weight(1) == ("cpu.shares", "1024")
+
+
+def test_the_memory_limits_of_jobs_gradings_together_fit_the_machine() -> None:
+    for machine_mb, jobs in itertools.product((4096, 24 * 1024, 256 * 1024), (1, 2, 3, 8)):
+        share = memory_share_mb(machine_mb, jobs)
+        assert jobs * share + RESERVE_MB <= machine_mb
+        assert share > (machine_mb - RESERVE_MB) / jobs - 1  # and no more is held back than that
+    assert memory_share_mb(1024, 4) == HEADROOM_MB  # a machine too small for its reserve still grades
+
+
+def test_on_cgroup_v2_a_grading_is_one_cpu_and_memory_group_and_its_sessions_groups_nest_in_it(tmp_path: Path) -> None:
+    root = fake_v2(tmp_path)
+    first, second = GradingCgroup._make_v2(root, "1-grading-0", 4096), GradingCgroup._make_v2(root, "1-grading-1", 4096)
+    for grading in (first, second):
+        assert grading.cpu == grading.memory == root / "dist-grader" / grading.name
+        assert (grading.cpu / "cpu.weight").read_text() == "100"
+        assert (grading.cpu / "memory.max").read_text() == str(4096 << 20)
+        assert (grading.cpu / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+        # a group whose children have controllers may hold no process: the host and zygote go to a leaf
+        assert grading.procs() == [grading.cpu / "main" / "cgroup.procs"]
+    assert (root / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+    assert (root / "dist-grader" / "cpu.weight").read_text() == "200"  # two gradings weigh as two programs
+    session = Cgroups._v2(root, first.name)  # the session's view, told the grading's name (GRADING_ENV)
+    assert session is not None
+    group = session.group(world_size=2, memory_mb=64)
+    assert group is not None
+    assert group.memory.parent == first.cpu  # leader, init and ranks: all inside the grading's CPU group
+    assert [p.parent.parent for p in group.ranks] == [first.cpu, first.cpu]
+    assert group.leader_procs() == [str(group.memory / "init" / "cgroup.procs")]
+    assert "cpu.weight 100" in first.layer()
+
+
+def test_a_v2_root_without_the_cpu_controller_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = fake_v2(tmp_path)
+    (root / "cgroup.controllers").write_text("memory pids\n")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    made = GradingCgroup.make(4096, root)
+    assert isinstance(made, str) and made.startswith("off: ") and "cpu" in made
+
+
+def test_without_root_no_grading_group_is_made_and_the_isolation_map_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    made = GradingCgroup.make(4096)
+    assert isinstance(made, str) and made.startswith("off: cgroups need root")
+
+
+def test_on_cgroup_v1_a_grading_has_a_cpu_group_and_a_memory_group_its_ranks_nest_in(tmp_path: Path) -> None:
+    root = fake_v1(tmp_path)
+    grading = GradingCgroup._make_v1(root, "1-grading-0", 4096)
+    assert grading.cpu == root / "cpu" / "dist-grader" / "1-grading-0"
+    assert (grading.cpu / "cpu.shares").read_text() == "1024"
+    assert grading.procs() == [grading.cpu / "cgroup.procs", grading.memory / "cgroup.procs"]  # v1: the groups hold it
+    assert (grading.memory / "memory.limit_in_bytes").read_text() == str(4096 << 20)
+    session = Cgroups._v1(root / "memory", root / "pids", grading.name)
+    assert session is not None
+    group = session.group(world_size=2, memory_mb=64)
+    assert group is not None
+    assert [p.parent.parent for p in group.ranks] == [grading.memory] * 2  # the grading's memory counts them
+    assert group.pids.parent == root / "pids" / "dist-grader"  # task limits stay per group, as before
+    assert Cgroups._v1(root / "memory", root / "pids", "2-grading-9") is None  # a grading that was never made
+    assert (root / "cpu" / "dist-grader" / "cpu.shares").read_text() == "1024"
+
+
+def test_gradings_together_weigh_as_many_programs_against_the_rest_of_the_machine() -> None:
+    """Each grading weighs what one nice-0 program does beside whatever else the machine runs, as when
+    each was an autogroup of its own; among themselves they share ``dist-grader`` equally."""
+    assert [parent_weight(1, n) for n in (0, 1, 2, 3)] == ["1024", "1024", "2048", "3072"]
+    assert [parent_weight(2, n) for n in (1, 2)] == ["100", "200"]
+    assert parent_weight(2, 1000) == "10000" and parent_weight(1, 1000) == "262144"  # the kernel's largest
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")
+def test_a_graded_process_and_its_setsid_children_stay_in_the_grading_group_until_it_closes() -> None:
+    """What a rank that forks setsid() spinners does, on this host's own hierarchy: the child it had
+    before the join is moved with it, the one it forks after is born in the group, both whatever their
+    session; closing the group kills them and removes it."""
+    grading = GradingCgroup.make(memory_share_mb(4096, 1))
+    if isinstance(grading, str):
+        pytest.skip(grading)
+    spin = "import os, sys, time\nif os.fork() == 0:\n    os.setsid()\n    while True: pass\nsys.stdin.readline()\n"
+    spin += "if os.fork() == 0:\n    os.setsid()\n    while True: pass\ntime.sleep(60)\n"
+    parent = subprocess.Popen([sys.executable, "-I", "-c", spin], stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 10
+        while len(_children(parent.pid)) < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        grading.join(parent.pid)
+        assert parent.stdin is not None
+        parent.stdin.write(b"\n")
+        parent.stdin.flush()
+        while len(_children(parent.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        members = {int(pid) for procs in grading.procs() for pid in procs.read_text().split()}
+        children = _children(parent.pid)
+        assert len(children) == 2 and {parent.pid, *children} <= members
+        assert all(os.getsid(child) == child for child in children)  # sessions of their own, as attackers make
+        made = [grading.cpu, grading.memory]
+        grading.close()
+        assert parent.wait(timeout=10) == -signal.SIGKILL
+        assert not any(p.exists() for p in made)
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")
+def test_an_out_of_memory_kill_lands_in_the_grading_that_took_the_memory() -> None:
+    """A grading's processes together hold at most its share: past it, the kernel kills inside the
+    grading's group, not whatever is largest on the machine."""
+    grading = GradingCgroup.make(256)
+    if isinstance(grading, str):
+        pytest.skip(grading)
+    hog = "import sys\nsys.stdin.readline()\nheld = [b'x' * (64 << 20) for _ in range(16)]\n"
+    proc = subprocess.Popen([sys.executable, "-I", "-c", hog], stdin=subprocess.PIPE)
+    try:
+        grading.join(proc.pid)
+        assert proc.stdin is not None
+        proc.stdin.write(b"\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=60) == -signal.SIGKILL
+        events = "memory.events" if grading.version == 2 else "memory.oom_control"
+        kills = dict(line.split() for line in (grading.memory / events).read_text().splitlines())
+        assert int(kills["oom_kill"]) >= 1
+    finally:
+        proc.kill()
+        proc.wait()
+        grading.close()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
 
 
 class _Listing:

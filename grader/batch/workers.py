@@ -33,6 +33,7 @@ from grader.render.outputs import write_text
 from grader.results import GradeResult, TimeSource
 from grader.rubric import Rubric
 from grader.salt import SALT_ENV
+from grader.sandbox.cgroups import JOBS_ENV
 from grader.sandbox.parent import DIE_WITH_PARENT_ENV
 from grader.seal import GRADED_DIR, KEY_FILE, OUTCOME_FILE, seal
 
@@ -101,6 +102,7 @@ class Grader:
         self.seal_key = seal_key  # the instructor's HMAC key for the cache (grader.seal)
         self.hosts: KeptServer[HostServer] | None = None  # each grade's session hosts are forked from it (warm)
         self.grades: KeptServer[GradeServer] | None = None  # and each grade itself (warm)
+        self.jobs = 1  # gradings side by side (grade_all): each grading's memory group is its part of the machine
         self._running: dict[int, HostProcess] = {}
         self._lock = threading.Lock()
         self._stopping = False
@@ -164,7 +166,7 @@ class Grader:
             with log_path.open("wb") as log, self._lock:
                 if self._stopping:
                     raise KeyboardInterrupt
-                proc = start_grade(cmd, log, self.salt, _live(self.hosts), _live(self.grades))
+                proc = start_grade(cmd, log, self.salt, _live(self.hosts), _live(self.grades), jobs=self.jobs)
                 self._running[proc.pid] = proc
             try:
                 outcome = wait_grade(proc, self.timeout)
@@ -204,13 +206,16 @@ def start_grade(
     salt: str | None,
     hosts: HostServer | None = None,
     grades: GradeServer | None = None,
+    *,
+    jobs: int = 1,
 ) -> HostProcess:
     """Start a grade in a session of its own, so that on timeout the whole group (ranks, pytest,
     docker client) dies; it dies with this process too.  The salt travels in the environment, which
     no other user can read, never on the command line.  ``hosts``: the grade forks its session hosts
     from this server, over a connection of its own, whose end ends them too.  ``grades``: the grade is
-    forked by this server (``grade_server``) rather than started as a new interpreter, where it can be."""
-    env = {**os.environ, DIE_WITH_PARENT_ENV: str(os.getpid())}
+    forked by this server (``grade_server``) rather than started as a new interpreter, where it can be.
+    ``jobs``: how many grades run side by side here, which share the machine's memory (``cgroups.JOBS_ENV``)."""
+    env = {**os.environ, DIE_WITH_PARENT_ENV: str(os.getpid()), JOBS_ENV: str(jobs)}
     if salt:
         env[SALT_ENV] = salt
     with lend_server(hosts) as (lent, fds):
@@ -321,6 +326,7 @@ def load_outcome(student_dir: Path) -> Outcome:
 
 def grade_all(students: list[Student], grader: Grader, jobs: int, stream: TextIO) -> None:
     progress = Progress(len(students), stream)
+    grader.jobs = jobs
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="grade")
     futures: dict[Future[tuple[str, bool]], Student] = {pool.submit(grader.process, s): s for s in students}
     try:

@@ -19,6 +19,20 @@ controllers are mounted afresh under a private directory; in a private cgroup na
 mount's root is the container's own cgroup, so the groups nest inside the container's limits.
 A group's name starts with the session's pid: groups left by a session that was killed are
 removed by the next one (:meth:`Cgroups.sweep`).
+
+A grading (``grader.runner.run_matrix``) makes one group of its own around all of that (issue 58,
+:class:`GradingCgroup`): its session's host, the zygote, every rank and whatever they fork live in it,
+``setsid()`` children too (a cgroup holds a process whatever its session or autogroup), so the CPU
+is shared between gradings, each weighted as every other, however many processes one of them runs;
+and the memory of its ranks is counted in it too, limited to the grading's part of the machine, so
+an out-of-memory kill lands in the grading that caused it::
+
+    cgroup v2   <root>/dist-grader/<grading>/          cpu.weight, memory.max; +cpu +memory +pids
+                <root>/dist-grader/<grading>/main/     the session's host and its zygote
+                <root>/dist-grader/<grading>/<group>/  the session's groups, as above, nested
+    cgroup v1   cpu/dist-grader/<grading>/             cpu.shares: the host, zygote, ranks
+                memory/dist-grader/<grading>/          memory.limit_in_bytes: the host, zygote; the
+                                                       groups' rank<r> nested
 """
 
 from __future__ import annotations
@@ -37,6 +51,13 @@ from typing import NamedTuple
 HEADROOM_MB = 256
 ROOT = Path("/sys/fs/cgroup")
 NAME = "dist-grader"
+#: the session's grading group (:class:`GradingCgroup`), a directory name under ``dist-grader``: its
+#: groups nest in it.  Set by the runner in the session's environment, never seen by a rank.
+GRADING_ENV = "GRADER_GRADING_CGROUP"
+#: how many gradings a batch runs side by side (``grader batch --jobs``), set in each grade's environment
+JOBS_ENV = "GRADER_BATCH_JOBS"
+#: the machine's memory no grading counts on: the grader's own processes (a batch, its servers) and the system
+RESERVE_MB = 1024
 _counter = itertools.count()
 
 
@@ -53,7 +74,8 @@ class Cgroups:
     def detect(cls) -> Cgroups:
         if os.geteuid() != 0:
             return cls(0, None, None, "off: cgroups need root")
-        for found in (cls._v2(ROOT), cls._v1(ROOT / "memory", ROOT / "pids")):
+        grading = os.environ.get(GRADING_ENV, "")  # the groups nest in the grading's, where it has one
+        for found in (cls._v2(ROOT, grading), cls._v1(ROOT / "memory", ROOT / "pids", grading)):
             if found is not None:
                 found.sweep()
                 return found
@@ -64,29 +86,33 @@ class Cgroups:
         return mounted
 
     @classmethod
-    def _v2(cls, root: Path) -> Cgroups | None:
+    def _v2(cls, root: Path, grading: str = "") -> Cgroups | None:
+        """``grading``: the grading group the session's groups nest in (:data:`GRADING_ENV`), made already."""
         controllers = root / "cgroup.controllers"
         if not controllers.exists() or not {"memory", "pids"} <= set(controllers.read_text().split()):
             return None
-        base = root / NAME
+        base = root / NAME / grading
         try:
-            base.mkdir(exist_ok=True)
-            _write(root / "cgroup.subtree_control", "+memory +pids")
-            _write(base / "cgroup.subtree_control", "+memory +pids")
+            (root / NAME).mkdir(exist_ok=True)
+            for level in (root, root / NAME, base):
+                _write(level / "cgroup.subtree_control", "+memory +pids")
         except OSError:
             return None
         return cls(2, base, base)
 
     @classmethod
-    def _v1(cls, memory: Path, pids: Path) -> Cgroups | None:
+    def _v1(cls, memory: Path, pids: Path, grading: str = "") -> Cgroups | None:
+        """``grading``: as for :meth:`_v2`; its ranks' memory groups nest in it, the task groups do not."""
         if not (memory / "memory.limit_in_bytes").exists() or not (pids / "cgroup.procs").exists():
             return None
         try:
             for hierarchy in (memory, pids):
                 (hierarchy / NAME).mkdir(exist_ok=True)
+            if not (memory / NAME / grading).is_dir():
+                return None
         except OSError:
             return None
-        return cls(1, memory / NAME, pids / NAME)
+        return cls(1, memory / NAME / grading, pids / NAME)
 
     @classmethod
     def _mount_private(cls) -> Cgroups | str:
@@ -128,10 +154,7 @@ class Cgroups:
         """Remove the groups of sessions that no longer run."""
         for base in {self.memory, self.pids} - {None}:
             assert base is not None
-            for group in base.iterdir() if base.is_dir() else []:
-                owner = group.name.split("-", 1)[0]
-                if group.is_dir() and owner.isdigit() and not Path(f"/proc/{owner}").exists():
-                    _remove_tree(group)
+            _sweep(base)
 
     def group(self, world_size: int, memory_mb: int) -> GroupCgroups | None:
         if self.version == 0:
@@ -161,6 +184,178 @@ class Cgroups:
             if (rank / "memory.memsw.limit_in_bytes").exists():  # absent without swap accounting
                 _write(rank / "memory.memsw.limit_in_bytes", str(limit))
         return GroupCgroups(self.version, memory_group, pids_group, ranks, [pids_group])
+
+
+def cpu_weight(version: int) -> tuple[str, str]:
+    """The file that weighs a CPU group against its siblings, and what every grading's holds: the kernel's
+    default, a nice-0 process's weight (``cpu.weight`` 100 on v2, ``cpu.shares`` 1024 on v1).  One value
+    for every grading, whatever its world size or number of processes: that is what makes the shares equal."""
+    return ("cpu.weight", "100") if version == 2 else ("cpu.shares", "1024")
+
+
+def parent_weight(version: int, gradings: int) -> str:
+    """What ``dist-grader`` itself weighs against the machine's other programs while ``gradings`` run in
+    it: as many nice-0 processes, so that each grading weighs what one such program does, as when each
+    grading was an autogroup of its own (the kernel's largest weight at most)."""
+    _, value = cpu_weight(version)
+    return str(min(int(value) * max(1, gradings), 10_000 if version == 2 else 262_144))
+
+
+def memory_share_mb(machine_mb: int, jobs: int) -> int:
+    """The memory one grading's group may hold: its part of the machine, less :data:`RESERVE_MB`, when
+    ``jobs`` gradings run side by side.  The limits of every grading together then fit the machine, so
+    the kernel's out-of-memory killer acts inside a grading's group, never on the whole machine."""
+    return max(HEADROOM_MB, (machine_mb - RESERVE_MB) // max(1, jobs))
+
+
+def machine_memory_mb() -> int:
+    """MemTotal, in MiB (0 where /proc/meminfo does not say)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) >> 10
+    return 0
+
+
+def batch_jobs() -> int:
+    """How many gradings run beside this one (:data:`JOBS_ENV`; 1 for a grading of its own)."""
+    try:
+        return max(1, int(os.environ.get(JOBS_ENV, "1")))
+    except ValueError:
+        return 1
+
+
+@dataclass
+class GradingCgroup:
+    """One grading's group (issue 58): one CPU share, weighted as every other grading's, and one memory
+    limit around all of its ranks.  The runner makes it (:meth:`make`) before the grading's first session,
+    moves each session's host into it before the host becomes the session (:meth:`join`: the host and
+    the zygote it forked; everything they fork later is born in it), tells the session its name
+    (:data:`GRADING_ENV`) so that the session's groups nest in it, and closes it with the grading."""
+
+    version: int
+    cpu: Path  # v2: the grading's one directory; v1: its directory in the cpu hierarchy
+    memory: Path  # v2: the same directory; v1: its directory in the memory hierarchy
+    memory_mb: int
+
+    @property
+    def name(self) -> str:
+        return self.cpu.name
+
+    @classmethod
+    def make(cls, memory_mb: int, root: Path = ROOT) -> GradingCgroup | str:
+        """A new grading group under ``root`` whose ranks may hold ``memory_mb`` in all, or why there is
+        none (``"off: ..."``; the grading's processes then share the machine as any others do)."""
+        if not hasattr(os, "geteuid"):
+            return (
+                "off: no cgroups on this system: the grading's processes share the CPU and memory with its neighbours'"
+            )
+        if os.geteuid() != 0:
+            return "off: cgroups need root: the grading's processes share the CPU and memory with its neighbours'"
+        name = f"{os.getpid()}-grading-{next(_counter)}"
+        controllers = root / "cgroup.controllers"
+        try:
+            if controllers.exists():
+                if not {"cpu", "memory", "pids"} <= set(controllers.read_text().split()):
+                    return "off: the cgroup v2 root does not offer the cpu, memory and pids controllers"
+                return cls._make_v2(root, name, memory_mb)
+            if (root / "cpu" / "cpu.shares").exists() and (root / "memory" / "memory.limit_in_bytes").exists():
+                return cls._make_v1(root, name, memory_mb)
+        except OSError as exc:
+            return f"off: {exc}"
+        return "off: no writable cgroup hierarchy with the cpu and memory controllers here"
+
+    @classmethod
+    def _make_v2(cls, root: Path, name: str, memory_mb: int) -> GradingCgroup:
+        base = root / NAME
+        base.mkdir(exist_ok=True)
+        _sweep(base)
+        for level in (root, base):
+            _write(level / "cgroup.subtree_control", "+cpu +memory +pids")
+        group = base / name
+        group.mkdir()
+        made = cls(2, group, group, memory_mb)
+        try:
+            weight, value = cpu_weight(2)
+            _write(group / weight, value)
+            _write(group / "memory.max", str(memory_mb << 20))
+            _write(group / "cgroup.subtree_control", "+cpu +memory +pids")
+            (group / "main").mkdir()
+        except OSError:
+            made.close()
+            raise
+        _weigh(base, 2)
+        return made
+
+    @classmethod
+    def _make_v1(cls, root: Path, name: str, memory_mb: int) -> GradingCgroup:
+        cpu, memory = root / "cpu" / NAME, root / "memory" / NAME
+        for base in (cpu, memory):
+            base.mkdir(exist_ok=True)
+            _sweep(base)
+        (cpu / name).mkdir()
+        made = cls(1, cpu / name, memory / name, memory_mb)
+        try:
+            (memory / name).mkdir()
+            weight, value = cpu_weight(1)
+            _write(cpu / name / weight, value)
+            _write(memory / name / "memory.limit_in_bytes", str(memory_mb << 20))
+        except OSError:
+            made.close()
+            raise
+        _weigh(cpu, 1)
+        return made
+
+    def layer(self) -> str:
+        """The isolation map's line for this group."""
+        weight, value = cpu_weight(self.version)
+        return (
+            f"on: one CPU group for the grading's processes, forks and setsid() children included, weighted "
+            f"as every other grading's ({weight} {value}); its ranks' memory {self.memory_mb} MiB in all"
+        )
+
+    def procs(self) -> list[Path]:
+        """Where the grading's own processes go: v2 allows none in a group whose children have controllers;
+        v1 has a hierarchy per controller."""
+        if self.version == 2:
+            return [self.cpu / "main" / "cgroup.procs"]
+        return [self.cpu / "cgroup.procs", self.memory / "cgroup.procs"]
+
+    def join(self, pid: int) -> None:
+        """Move ``pid`` and every process it has forked so far into the group, each before its children: a
+        child forked meanwhile is born in the group, or found when its parent's children are read."""
+        todo = [pid]
+        while todo:
+            now = todo.pop()
+            for procs in self.procs():
+                with contextlib.suppress(OSError):  # gone meanwhile: nothing of it is left to move
+                    _write(procs, str(now))
+            todo += _children(now)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Kill whatever of the grading is left in the group (its sessions closed their own groups), then
+        remove it."""
+        trees = [self.cpu] if self.memory == self.cpu else [self.cpu, self.memory]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            alive = [pid for tree in trees for pid in _procs(tree, recursive=True)]
+            if not alive:
+                break
+            for pid in alive:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.005)
+        for tree in trees:
+            _remove_tree(tree)
+        _weigh(self.cpu.parent, self.version)
+
+
+def _weigh(base: Path, version: int) -> None:
+    """Weigh ``dist-grader`` as the gradings now in it (:func:`parent_weight`).  Two gradings that start or
+    end together may both count: the last to write counts what is there, which is right."""
+    gradings = sum(1 for group in base.iterdir() if "-grading-" in group.name and group.is_dir())
+    with contextlib.suppress(OSError):
+        _write(base / cpu_weight(version)[0], parent_weight(version, gradings))
 
 
 class MemoryEvents(NamedTuple):
@@ -266,6 +461,24 @@ def _subgroups(path: Path) -> list[Path]:
     (two gradings starting together sweep the same dead session's groups): a group gone meanwhile is
     passed over (``os.walk`` ignores what it cannot list), never an error in this session."""
     return [Path(top) for top, _, _ in os.walk(path, topdown=False) if top != str(path)]
+
+
+def _children(pid: int) -> list[int]:
+    """The children of every thread of ``pid`` (none once it is gone)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError, ValueError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(c) for c in f.read().split()]
+    return found
+
+
+def _sweep(base: Path) -> None:
+    """Remove the groups under ``base`` whose owner (the pid their name starts with) no longer runs."""
+    for group in base.iterdir() if base.is_dir() else []:
+        owner = group.name.split("-", 1)[0]
+        if group.is_dir() and owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            _remove_tree(group)
 
 
 def _procs(path: Path, recursive: bool = False) -> list[int]:
