@@ -10,6 +10,9 @@ hang says whether each rank was spinning, idle, or blocked in a receive.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,9 +20,11 @@ from types import SimpleNamespace
 import pytest
 
 from grader.junit import read_junit
-from grader.matrix.budgets import CALIBRATION_BYTES, FLOWING_S, MAX_STRETCH, case_budget, out_of_time
+from grader.matrix.budgets import CALIBRATION_BYTES, FLOWING_S, MAX_STRETCH, case_budget, grace_over, out_of_time
 from grader.packs.a9 import catalog
 from grader.runner import run_matrix
+from grader.runtimes.torchdist import procfs
+from grader.runtimes.torchdist.runs import FAILURE_GRACE_S
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["src/collectives.py", "src/transformer.py"]
@@ -84,6 +89,38 @@ def test_a_case_is_stopped_when_it_used_its_own_time_not_the_machines() -> None:
     assert not out_of_time(LIMITS, budget, 9.9, own(1.0), flowing)  # still exchanging: up to the ceiling
     assert out_of_time(LIMITS, budget, 10.1, own(0.01), flowing)
     assert out_of_time(LIMITS, 12.0, 12.1, own(0.01), flowing)  # a budget at the ceiling ends there
+
+
+def test_the_failure_grace_counts_the_ranks_own_time_too() -> None:
+    """Once one rank failed, the others get FAILURE_GRACE_S of their own time to report, not of the wall
+    clock: time a rank waited for a CPU a neighbour held is given back, up to the case's ceiling (issue
+    58: a starved rank missed 0.3 s of wall clock, and a template's not_implemented became a crash)."""
+    grace, ceiling = FAILURE_GRACE_S, LIMITS.case_timeout_s
+
+    def own(starved: float) -> Callable[[float], float]:  # the ranks waited for a CPU this part of the time
+        return lambda wall: wall * (1 - starved)
+
+    assert not grace_over(grace, grace * 0.9, own(0.0), ceiling)  # within the grace, whatever the load
+    assert grace_over(grace, grace * 1.1, own(0.0), ceiling)  # nothing starved them: the grace is wall time
+    assert not grace_over(grace, grace * 1.9, own(0.5), ceiling)  # half the time they waited for a CPU
+    assert grace_over(grace, grace * 2.1, own(0.5), ceiling)
+    assert not grace_over(grace, ceiling - 0.1, own(1.0), ceiling)  # starved throughout: up to the ceiling
+    assert grace_over(grace, ceiling + 0.1, own(1.0), ceiling)
+
+
+def test_a_ranks_own_time_is_the_wall_time_less_what_it_waited_for_a_cpu() -> None:
+    """What the grace counts, read from the kernel for live processes: a process that sleeps waits for
+    no CPU, so its time is its own; a process gone or unknown gives back nothing."""
+    sleep = "import time; print('asleep', flush=True); time.sleep(30)"
+    sleeper = subprocess.Popen([sys.executable, "-c", sleep], stdout=subprocess.PIPE)
+    try:
+        assert sleeper.stdout is not None and sleeper.stdout.readline() == b"asleep\n"  # its start is behind it
+        clock = procfs.Unstarved([sleeper.pid, 999_999_999])
+        time.sleep(0.2)
+        assert clock.seconds(0.2) == pytest.approx(0.2, abs=0.05)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 # --------------------------------------------------------------------------- the skip rule

@@ -36,7 +36,7 @@ import torch
 
 from grader import tempdirs
 from grader.limits import Limits
-from grader.matrix.budgets import out_of_time
+from grader.matrix.budgets import grace_over, out_of_time
 from grader.matrix.verdicts import fails_as_a_hang_or_worse
 from grader.runtimes.torchdist import deadlock, procfs, replies
 from grader.runtimes.torchdist.init_lines import InitLines
@@ -373,6 +373,7 @@ class RankGroup(GroupLifecycle):
         window: deadlock.Window | None = None  # since when every unfinished rank has been blocked
         hang = ""
         failed_at: float | None = None
+        grace: procfs.Unstarved | None = None  # the ranks' own time since then (budgets.grace_over)
         capture = self._capture
         capture_due = 0.0  # before then the capture's packets wait in its buffer
         own = procfs.OwnTime([rk.pid for rk in self._ranks]) if expect == "case" else None  # what a budget counts
@@ -426,9 +427,13 @@ class RankGroup(GroupLifecycle):
                         reports[r] = RankReport(r, "wire_error", f"rank {r} sent a malformed reply: {exc}")
             now = time.monotonic()
             if failed_at is None and any(rep is not None and rep.status not in ("ok", "ready") for rep in reports):
-                failed_at = now
-            if failed_at is not None and now - failed_at > FAILURE_GRACE_S:
-                break  # one rank failed; the others had a moment to report their own failure
+                failed_at, grace = now, procfs.Unstarved([rk.pid for rk in self._ranks])
+            if (
+                grace is not None
+                and failed_at is not None
+                and grace_over(FAILURE_GRACE_S, now - failed_at, grace.seconds, self.limits.case_timeout_s)
+            ):
+                break  # one rank failed; the others had a moment of their own to report their own failure
             slots = [rk.status.get() for rk in self._ranks]
             waiting = [r for r in range(n) if reports[r] is None]
             if expect == "case" and waiting and all(slots[r][0] == StatusSlot.BLOCKED for r in waiting):

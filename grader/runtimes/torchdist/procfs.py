@@ -1,9 +1,11 @@
 """Session side: what /proc says about a rank process, read from outside it (CPU time, runnable
 threads, thread count, children, its pid in its own namespace), and how much of the machine a case
-had (:class:`OwnTime`).  Linux only: the portable runtime never calls these."""
+had (:class:`OwnTime`) and how long its ranks waited for a CPU (:class:`Unstarved`).  Linux only: the
+portable runtime never calls these."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 
@@ -117,3 +119,32 @@ class OwnTime:
             return wall
         others = max(0, (busy - self._busy) - (self._used() - self._ours))
         return wall * max(0.0, 1.0 - others / (total - self._total))
+
+
+def run_delay(pid: int) -> float:
+    """Seconds the process's threads spent runnable but waiting for a CPU, added up, since each began (the
+    kernel's ``/proc/<pid>/task/<tid>/schedstat``); 0 where the kernel does not keep it, or the process
+    is gone.  Every thread counts: a main thread that waits for the GIL held by a starved thread sleeps,
+    and the starved one's wait is what held it up."""
+    waited = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                waited += int(f.read().split()[1])
+    except OSError:
+        return 0.0
+    return waited / 1e9
+
+
+class Unstarved:
+    """How much of the wall time since it was made every one of some processes had to itself: the wall
+    time less the longest any of them was kept waiting for a CPU meanwhile (its threads' run delay).
+    Time a rank spent blocked, or running, is its own; time it was ready to run and was not given a CPU
+    (a neighbour's processes held them) is given back."""
+
+    def __init__(self, pids: Sequence[int]) -> None:
+        self._start = {pid: run_delay(pid) for pid in pids}
+
+    def seconds(self, wall: float) -> float:
+        waited = max((run_delay(pid) - start for pid, start in self._start.items()), default=0.0)
+        return max(0.0, wall - waited)
