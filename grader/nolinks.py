@@ -14,6 +14,7 @@ import os
 import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 _CHUNK = 1 << 20
 
@@ -73,18 +74,18 @@ def walk(root: Path, names: Iterable[str]) -> Iterator[tuple[str, os.stat_result
             yield from walk(root, sorted(f"{name}/{child}" for child in os.listdir(root / name)))
 
 
-def copy_nofollow(root: Path, relpath: str, dest: Path | None = None) -> str:
+def copy_nofollow(root: Path, relpath: str, out: IO[bytes] | None = None) -> str:
     """The SHA-256 of the regular file ``root/relpath``, opened by :func:`open_nofollow` and read once,
-    written to ``dest`` too when given: the bytes hashed are the bytes kept.  A file with another name
+    written to ``out`` too when given: the bytes hashed are the bytes kept.  A file with another name
     (a hard link, which whoever holds the other name can rewrite) is refused like a symlink."""
     fd = open_nofollow(root, relpath)
     with os.fdopen(fd, "rb") as src:
         if os.fstat(src.fileno()).st_nlink != 1:
             raise Refused(relpath, "is hard-linked")
         digest = hashlib.sha256()
-        with dest.open("xb") if dest is not None else open(os.devnull, "wb") as out:
-            while chunk := src.read(_CHUNK):
-                digest.update(chunk)
+        while chunk := src.read(_CHUNK):
+            digest.update(chunk)
+            if out is not None:
                 out.write(chunk)
     return digest.hexdigest()
 

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import json
 import os
 import secrets
 import stat
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from grader.render.outputs import write_text
 SEAL_FILE = "seal.json"
 SEAL_KEY_ENV = "GRADER_SEAL_KEY_FILE"
 KEY_FILE = "cache-key.json"  # in graded/, only when graded: what the matrix run is valid for
+RESULTS_FILE = "results.json"  # in graded/: the grading's result, which names what it graded
 GRADED_DIR = "graded"  # in a student's directory: what `grader grade --out` wrote, the cache
 STUDENTS_DIR = "students"  # in a batch's --out: one directory per student, by name
 OUTCOME_FILE = "batch-outcome.json"  # in a student's directory: status, exit code, seconds, message
@@ -98,15 +99,16 @@ def in_batch(graded: Path) -> bool:
 
 def seal(student_dir: Path, graded: str, key: bytes, student: str) -> None:
     """Seal the grading in ``student_dir`` as ``student``'s (in the batch, before it is moved into place)."""
-    entries = _entries(student_dir, [OUTCOME_FILE, graded], _unsealed(graded), None, None)
+    entries = _entries(student_dir, [OUTCOME_FILE, graded], _unsealed(graded), None, None, set())[0]
     body = {"version": _VERSION, "student": student, "entries": entries, "hmac": _mac(key, student, entries)}
     write_text(student_dir / graded / SEAL_FILE, json.dumps(body, indent=2) + "\n")
 
 
-def open_sealed(student_dir: Path, graded: str, key: bytes, into: Path) -> dict[str, Any] | None:
-    """Copy the grading in ``student_dir`` into ``into`` (the same layout), checking every entry against
-    its seal as it is read; the cache key it was graded under (``None``: a grading that did not finish).
-    :class:`Untrusted` when the seal does not hold for this student (``student_dir``'s name)."""
+def open_sealed(student_dir: Path, graded: str, key: bytes, into: Path | None = None) -> dict[str, Any] | None:
+    """Check the grading in ``student_dir`` against its seal, every entry as it is read, and copy it
+    into ``into`` when given (the same layout): the cache key it was graded under (``None``: a grading
+    that did not finish).  :class:`Untrusted` when the seal does not hold for this student
+    (``student_dir``'s name)."""
     where = f"{graded}/{SEAL_FILE}"
     body = _read_seal(student_dir, where)
     entries, student = body["entries"], body["student"]
@@ -114,24 +116,24 @@ def open_sealed(student_dir: Path, graded: str, key: bytes, into: Path) -> dict[
         raise Untrusted(f"{where} was not made with this seal key")
     if student != student_dir.name:
         raise Untrusted(f"{where} seals the grading of {student!r}, not of {student_dir.name!r}")
-    _entries(student_dir, [OUTCOME_FILE, graded], _unsealed(graded), entries, into)
-    return _cache_key(into / graded)
+    keyed = {name: f"{graded}/{name}" for name in (KEY_FILE, RESULTS_FILE)}
+    read = _entries(student_dir, [OUTCOME_FILE, graded], _unsealed(graded), entries, into, set(keyed.values()))[1]
+    return _cache_key(graded, read.get(keyed[KEY_FILE]), read.get(keyed[RESULTS_FILE]))
 
 
 def broken(student_dir: Path, graded: str, key: bytes) -> str:
     """Why the grading in ``student_dir`` is not to be trusted, naming the entry; ``""`` when it is."""
-    with tempfile.TemporaryDirectory(prefix="grader-sealed-") as tmp:
-        try:
-            open_sealed(student_dir, graded, key, Path(tmp))
-        except Untrusted as exc:
-            return str(exc)
+    try:
+        open_sealed(student_dir, graded, key)
+    except Untrusted as exc:
+        return str(exc)
     return ""
 
 
 def copy_unsealed(graded: Path, names: Sequence[str], into: Path) -> None:
     """Copy ``names`` of a ``grader grade --out`` directory into ``into`` through the no-follow reader:
     nothing vouches for them, but a link, device, FIFO or hard-linked file is still refused."""
-    _entries(graded, names, set(), None, into)
+    _entries(graded, names, set(), None, into, set())
 
 
 def _unsealed(graded: str) -> set[str]:
@@ -163,13 +165,20 @@ def _read_seal(student_dir: Path, where: str) -> dict[str, Any]:
 
 
 def _entries(
-    root: Path, names: Sequence[str], unsealed: set[str], sealed: dict[str, Any] | None, into: Path | None
-) -> dict[str, dict[str, Any]]:
-    """Every entry of ``names`` under ``root`` by type: a directory, or a regular file of one name with
-    its size and SHA-256, read once through the no-follow reader (into ``into`` when given); anything
-    else is :class:`Untrusted`.  With ``sealed`` (a seal's entries) each is checked as it is met, a file
-    by its size before it is read; ``unsealed`` entries are checked for their type only."""
+    root: Path,
+    names: Sequence[str],
+    unsealed: set[str],
+    sealed: dict[str, Any] | None,
+    into: Path | None,
+    remember: set[str],
+) -> tuple[dict[str, dict[str, Any]], dict[str, bytes]]:
+    """Every entry of ``names`` under ``root`` by type (a directory, or a regular file of one name with
+    its size and SHA-256, read once through the no-follow reader and copied into ``into`` when given),
+    and the bytes of the files in ``remember``; anything else is :class:`Untrusted`.  With ``sealed`` (a
+    seal's entries) each is checked as it is met, a file by its size before it is read; ``unsealed``
+    entries are checked for their type only."""
     found: dict[str, dict[str, Any]] = {}
+    read: dict[str, bytes] = {}
     for name, info in walk(root, names):
         if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
             raise Untrusted(f"{name} is {kind(info.st_mode)}")
@@ -183,45 +192,57 @@ def _entries(
             raise Untrusted(f"{name} was added after grading")
         if want is not None and (want.get("type") != entry["type"] or want.get("size", info.st_size) != info.st_size):
             raise Untrusted(f"{name} changed after grading")
-        dest = None if into is None else into / name
         if entry["type"] == "dir":
-            if dest is not None:
-                dest.mkdir(parents=True, exist_ok=True)
+            if into is not None:
+                (into / name).mkdir(parents=True, exist_ok=True)
         else:
-            if dest is not None:
-                dest.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                digest = copy_nofollow(root, name, dest)
-            except Refused as exc:  # swapped since it was listed, or unreadable: this grading's, never the class's
-                raise Untrusted(f"{exc.where} {exc}") from None
+            digest, data = _copy(root, name, into, name in remember)
             entry |= {"size": info.st_size, "sha256": digest}
             if want is not None and want != entry:
                 raise Untrusted(f"{name} changed after grading")
+            if data is not None:
+                read[name] = data
         found[name] = entry
     for name in sorted(set(sealed or ()) - set(found)):
         raise Untrusted(f"{name} is missing")
-    return found
+    return found, read
 
 
-def _cache_key(graded: Path) -> dict[str, Any] | None:
+def _copy(root: Path, name: str, into: Path | None, remember: bool) -> tuple[str, bytes | None]:
+    """``root/name`` through the no-follow reader: its SHA-256, and its bytes when ``remember``; into
+    ``into`` too when given."""
+    try:
+        if into is None:
+            buffer = io.BytesIO() if remember else None
+            return copy_nofollow(root, name, buffer), None if buffer is None else buffer.getvalue()
+        dest = into / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with dest.open("xb") as out:
+            digest = copy_nofollow(root, name, out)
+        return digest, dest.read_bytes() if remember else None
+    except Refused as exc:  # swapped since it was listed, or unreadable: this grading's, never the class's
+        raise Untrusted(f"{exc.where} {exc}") from None
+
+
+def _cache_key(graded: str, key_bytes: bytes | None, results: bytes | None) -> dict[str, Any] | None:
     """The cache key of a sealed grading (its ``cache-key.json``), once its ``results.json`` is found to
     name that same submission, matrix part and grader version; ``None`` for a grading that did not finish."""
-    if not (graded / KEY_FILE).exists():
+    if key_bytes is None:
         return None
     try:
-        key = json.loads((graded / KEY_FILE).read_text(encoding="utf-8"))
-        result = json.loads((graded / "results.json").read_text(encoding="utf-8"))
+        key = json.loads(key_bytes)
+        result = json.loads(results or b"")
         named = {
             "submission": result["submission"]["digest"],
             "matrix": result["matrix_digest"],
             "grader_version": result["grader_version"],
         }
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise Untrusted(f"{graded.name}/results.json cannot be read against its cache key ({exc!r})") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise Untrusted(f"{graded}/{RESULTS_FILE} cannot be read against its cache key ({exc!r})") from None
     for field, value in named.items():
         if not isinstance(key, dict) or key.get(field) != value:
             recorded = key.get(field) if isinstance(key, dict) else None
-            raise Untrusted(f"{graded.name}/results.json names another {field} ({value}) than its seal ({recorded})")
+            raise Untrusted(f"{graded}/{RESULTS_FILE} names another {field} ({value}) than its seal ({recorded})")
     return key
 
 
