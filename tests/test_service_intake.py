@@ -230,3 +230,34 @@ def test_the_documented_example_configuration_loads():
     config = load_config(ROOT / "docs" / "instructors" / "service.yaml")
     assert set(config.assignments) == {"a9", "a5"} and config.database.startswith("sqlite:///")
     assert config.state_dir == ROOT / "service-state"
+
+
+def test_a_grade_killed_under_its_worker_waits_again_charged_nothing_then_is_an_error(tmp_path, monkeypatch):
+    """``kill -9`` of a worker's grade: the grade process dies by a signal (the batch's ``run`` answers
+    its exit status, -9), the submission goes back to the queue; only a grade killed at every try
+    (``MAX_ATTEMPTS``) becomes an error, with what its log says."""
+    from grader.batch.workers import Outcome
+    from grader.service import queue
+    from grader.service.workers import MAX_ATTEMPTS, Engine
+
+    door = Door(tmp_path)
+    engine = Engine(door.config, door.service.sessions)
+    killed = []
+
+    def run(student, graded):  # the grade process, killed by SIGKILL before it wrote anything
+        killed.append(student.name)
+        (graded / "grade.log").write_text("Killed\n")
+        return Outcome("graded", returncode=-9)
+
+    monkeypatch.setattr(engine.graders["a5"], "run", run)
+    with door.client:
+        status, answer = door.post(door.bundle, door.token())
+    assert status == 202
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        row = queue.claim(door.service.sessions, engine.owner, 60)
+        assert row is not None and row.attempts == attempt
+        engine.grade(row)
+        shown = door.client.get(answer["url"]).json()
+        assert shown["status"] == ("queued" if attempt < MAX_ATTEMPTS else "error"), attempt
+    assert killed == [answer["id"]] * MAX_ATTEMPTS
+    assert "Killed" in shown["error"] and shown["results"] is None

@@ -121,8 +121,7 @@ def test_workers_claim_the_oldest_first_and_never_one_row_twice(sessions):
 def test_a_claim_whose_lease_ran_out_is_taken_again_and_its_old_owner_records_nothing(sessions):
     add(sessions, row("a1"))
     assert queue.claim(sessions, "dead", 0.5) is not None
-    assert queue.claim(sessions, "other", 60) is None  # its lease still runs
-    time.sleep(0.6)
+    time.sleep(0.6)  # its worker was killed: no heartbeat
     second = queue.claim(sessions, "alive", 60)
     assert second is not None and second.id == "a1" and second.attempts == 2
     assert not queue.finish(sessions, "a1", "dead", score=1, max_score=1)
@@ -134,12 +133,15 @@ def test_a_claim_whose_lease_ran_out_is_taken_again_and_its_old_owner_records_no
 
 
 def test_a_heartbeat_keeps_a_claim_its_owners(sessions):
-    add(sessions, row("a1"))
-    assert queue.claim(sessions, "w", 0.2) is not None
-    for _ in range(3):
-        time.sleep(0.1)
-        queue.heartbeat(sessions, "w", ["a1"], 0.2)
-        assert queue.claim(sessions, "thief", 60) is None
+    add(sessions, row("a1"), row("b1", "bob"))
+    assert queue.claim(sessions, "w", 0.5).id == "a1"  # type: ignore[union-attr]
+    queue.heartbeat(sessions, "w", ["a1"], 60)  # w's claim renewed ...
+    assert queue.claim(sessions, "v", 0.5).id == "b1"  # type: ignore[union-attr]
+    queue.heartbeat(sessions, "thief", ["b1"], 60)  # ... v's left to run out: another's renews nothing
+    time.sleep(0.6)
+    taken = queue.claim(sessions, "thief", 60)
+    assert taken is not None and taken.id == "b1"
+    assert queue.claim(sessions, "thief", 60) is None
 
 
 def test_a_released_claim_waits_again_and_a_finished_one_is_never_claimed(sessions):

@@ -21,6 +21,7 @@ import logging
 import os
 import socket
 import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -38,7 +39,7 @@ from grader.gradebook import GRADED as OUTCOME_GRADED
 from grader.pack import load_pack
 from grader.rescore import rescore
 from grader.results import GradeResult
-from grader.seal import load_key
+from grader.seal import Untrusted, load_key, open_sealed
 from grader.service import queue
 from grader.service.config import Assignment, ServiceConfig
 from grader.service.db import GRADED, QUEUED, ScoredUnder, Submission
@@ -68,7 +69,7 @@ class Engine:
         self.sessions = sessions
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         salt = secret_file(config.secret_file)
-        key = load_key(config.seal_key, config.state_dir / "assignments")
+        key = self.key = load_key(config.seal_key, config.state_dir / "assignments")
         command = [sys.executable, "-m", "grader", "grade"]
         self.graders: dict[str, Grader] = {}
         for assignment in config.assignments.values():
@@ -161,7 +162,8 @@ class Engine:
                 self._claimed.add(row.id)
             try:
                 self.grade(row)
-            except KeyboardInterrupt:  # stopping: the claim's lease runs out and another worker takes it
+            except KeyboardInterrupt:  # stopping: the grade was ended, the submission waits again
+                queue.release(self.sessions, row.id, self.owner)
                 return
             except Exception as exc:
                 log.exception("grading %s failed", row.id)
@@ -197,9 +199,16 @@ class Engine:
         queue.finish(self.sessions, row.id, self.owner, score=result.score, max_score=result.max_score)
 
     def write(self, assignment: Assignment, row: Submission, here: Path) -> GradeResult:
-        """Score the cached grading under the assignment's scoring now and write the grade of record."""
-        result = rescore(here / GRADED_DIR, assignment.rubric)
-        write_student(result, here, row.student, self.diagrams[assignment.id])
+        """Score the cached grading under the assignment's scoring now and write the grade of record.
+
+        The grading is read once through its seal into a private copy (``grader.seal.open_sealed``), as
+        the batch reads a student's, and scored from that copy: a file of ``state_dir`` changed since the
+        grade (:class:`Untrusted`) is never scored."""
+        with tempfile.TemporaryDirectory(prefix="grader-service-") as tmp:
+            copy = Path(tmp)
+            open_sealed(here, GRADED_DIR, self.key, copy)
+            result = rescore(copy / GRADED_DIR, assignment.rubric)
+            write_student(result, here, row.student, self.diagrams[assignment.id], copy / GRADED_DIR / "junit.xml")
         return result
 
     def rescore_stale(self) -> None:
@@ -217,7 +226,7 @@ class Engine:
                 for row in rows:
                     try:
                         result = self.write(assignment, row, submission_dir(self.config, row.assignment, row.id))
-                    except UserError as exc:
+                    except (UserError, Untrusted) as exc:  # graded again
                         log.warning("%s: %s", row.id, exc)
                         row.status, row.score, row.max_score = QUEUED, None, None
                         continue
