@@ -283,6 +283,17 @@ def test_no_wait_prints_the_page_once_queued(service: Service, repo: Path) -> No
     assert service.posts()[0][2]["Authorization"] == "Bearer tok"
 
 
+def test_audience_names_the_url_the_service_knows_itself_by(service: Service, repo: Path) -> None:
+    """Behind a proxy the URL a job reaches may not be the service's oidc.audience: --audience says it."""
+    env = {
+        "ACTIONS_ID_TOKEN_REQUEST_URL": f"{service.url}/actions-token?api-version=2.0",
+        "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "request-token",
+    }
+    proc = run_submit(repo, service.url, "--no-wait", "--audience", "https://grader.example.edu", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert service.posts()[0][2]["Authorization"] == "Bearer oidc-for:https://grader.example.edu"
+
+
 def test_a_superseded_push_is_not_graded_and_says_so(service: Service, repo: Path) -> None:
     service.final = "superseded"
     proc = run_submit(repo, service.url, env={"GRADER_SUBMIT_TOKEN": "tok"})
