@@ -56,8 +56,9 @@ def out_of_time(limits: Any, budget: float, wall: float, own: Callable[[float], 
 def grace_over(grace: float, wall: float, own: Callable[[float], float], ceiling: float) -> bool:
     """Have the ranks of a case one of whose ranks failed had ``grace`` seconds to report?  Counted in
     their own time (``own(wall)``, ``wall`` seconds since the failure: ``procfs.Unstarved``, the wall
-    time less the longest any of them was kept waiting for a CPU), never in wall-clock time alone: a
-    rank starved by a neighbour's processes is not charged with the time it could not run (issue 58: a
+    time less the longest any of them, or the session that feeds them their inputs, was kept waiting for
+    a CPU), never in wall-clock time alone: a rank starved by a neighbour's processes is not charged with
+    the time it could not run (issue 58: a
     neighbour's spinners made a template's ``not_implemented`` a ``crash``).  A rank that runs, or is
     blocked, spends its own time, so the grace ends as before wherever nothing starves it; a starved
     one is waited for up to ``ceiling``, the case's own limit (``case_timeout_s``)."""

@@ -373,7 +373,9 @@ class RankGroup(GroupLifecycle):
         window: deadlock.Window | None = None  # since when every unfinished rank has been blocked
         hang = ""
         failed_at: float | None = None
-        grace: procfs.Unstarved | None = None  # the ranks' own time since then (budgets.grace_over)
+        grace: procfs.Unstarved | None = (
+            None  # the case's own time since then: its ranks' and this session's (budgets.grace_over)
+        )
         capture = self._capture
         capture_due = 0.0  # before then the capture's packets wait in its buffer
         own = procfs.OwnTime([rk.pid for rk in self._ranks]) if expect == "case" else None  # what a budget counts
@@ -427,7 +429,7 @@ class RankGroup(GroupLifecycle):
                         reports[r] = RankReport(r, "wire_error", f"rank {r} sent a malformed reply: {exc}")
             now = time.monotonic()
             if failed_at is None and any(rep is not None and rep.status not in ("ok", "ready") for rep in reports):
-                failed_at, grace = now, procfs.Unstarved([rk.pid for rk in self._ranks])
+                failed_at, grace = now, procfs.Unstarved([os.getpid(), *(rk.pid for rk in self._ranks)])
             if (
                 grace is not None
                 and failed_at is not None
