@@ -244,6 +244,8 @@ def test_a_graded_push_prints_the_table_and_page_and_writes_what_grade_writes(
     assert headers["Content-Type"] == "application/octet-stream"
     assert bundle_contents(body)[0] == {b"HEAD": git(repo, "rev-parse", "HEAD").strip().encode()}
     assert service.gets == 2  # queued, then graded: it waited
+    polls = [headers for method, path, headers, _ in service.requests if path.startswith("/api/v1/submissions/")]
+    assert len(polls) == 2 and not [h for h in polls if "Authorization" in h]  # the token went with the POST only
     result = GradeResult.from_dict(service.results)
     from grader.render.outputs import render
 
@@ -321,7 +323,7 @@ def test_the_wait_is_bounded_and_rides_out_a_restarting_service() -> None:
         now[0] += s
 
     with pytest.raises(submit.NotGraded, match=r"no grade within the wait \(the grading service is unreachable"):
-        submit.wait_for_grade(receipt, "tok", deadline=30.0, sleep=sleep, clock=lambda: now[0])
+        submit.wait_for_grade(receipt, deadline=30.0, sleep=sleep, clock=lambda: now[0])
     assert slept[:4] == [0.5, 0.75, 1.125, 1.6875] and max(slept) == 5.0 and sum(slept) <= 30.0
 
 
