@@ -4,6 +4,8 @@ Tokens come from a local OIDC issuer (``tests/oidc_issuer.py``); no grading runs
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,6 +96,12 @@ def _bomb(root: Path) -> tuple[bytes, str]:
     return bundle(repo), sha
 
 
+def _unsigned(claims: dict) -> str:
+    """A token with ``alg: none`` and no signature: what a forger sends to a verifier that trusts the header."""
+    part = lambda data: base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()  # noqa: E731
+    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims)}."
+
+
 def _refusals(door: Door) -> dict[str, tuple[bytes, str | None, str]]:
     """Each refusal: (body, token, assignment), by the error code it must get."""
     b, iss = door.bundle, door.issuer
@@ -106,6 +114,7 @@ def _refusals(door: Door) -> dict[str, tuple[bytes, str | None, str]]:
         "no_token": (b, None, "a5"),
         "bad_signature": (b, iss.token("course-org/a5-alice", door.sha, key=forger), "a5"),
         "bad_token": (b, "gst_not-a-token-we-issued", "a5"),
+        "bad_token:cannot be verified": (b, _unsigned(door.issuer.claims("course-org/a5-alice", door.sha)), "a5"),
         "expired_token": (b, door.token(exp=now - 600, iat=now - 900, nbf=now - 900), "a5"),
         "token_not_yet_valid": (b, door.token(nbf=now + 600), "a5"),
         "wrong_issuer": (b, door.token(iss="https://evil.example"), "a5"),
