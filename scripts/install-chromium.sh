@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Install Debian's headless-capable Chromium for tests/test_html_reports.py, only when it is missing,
-# so CI on a fresh machine gets it and a machine that already has it pays nothing.
+# Install Debian's headless-capable Chromium for tests/test_html_reports.py, and Debian's chromedriver for
+# tests/test_service_pages.py (Selenium), only when missing, so CI on a fresh machine gets them and a
+# machine that already has them pays nothing.
 set -euo pipefail
 
-if command -v chromium >/dev/null 2>&1; then
+if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
     exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
@@ -12,5 +13,5 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
-command -v chromium >/dev/null
+apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-dejavu-core >/dev/null
+command -v chromium >/dev/null && command -v chromedriver >/dev/null

@@ -133,6 +133,9 @@ def create_app(service: Service, engine: Engine | None = None) -> FastAPI:
         text = await run_in_threadpool(read.gradebook, config, service.sessions, assignment)
         return PlainTextResponse(text, media_type="text/csv; charset=utf-8")
 
+    from grader.service import pages  # the instructor's and students' pages over the same functions
+
+    pages.install(app, service)
     return app
 
 
