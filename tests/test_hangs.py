@@ -9,6 +9,7 @@ hang says whether each rank was spinning, idle, or blocked in a receive.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -121,6 +122,25 @@ def test_a_ranks_own_time_is_the_wall_time_less_what_it_waited_for_a_cpu() -> No
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_time_a_process_waited_for_a_cpu_is_not_its_own() -> None:
+    """Twice as many spinners as cores: each waits for a CPU about half the time, read as the session
+    reads it, a poll at a time (the kernel counts a wait only once it ends; a wait still going is seen
+    by the polls)."""
+    spin = [sys.executable, "-c", "while True: pass"]
+    spinners = [subprocess.Popen(spin) for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        time.sleep(0.5)  # their start is behind them
+        clock, began = procfs.Unstarved([p.pid for p in spinners]), time.monotonic()
+        while time.monotonic() - began < 1.0:
+            own = clock.seconds(time.monotonic() - began)
+            time.sleep(0.02)
+        assert own < 0.8 * (time.monotonic() - began)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
 
 
 # --------------------------------------------------------------------------- the skip rule

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # Windows: the portable runtime
 
@@ -121,30 +123,56 @@ class OwnTime:
         return wall * max(0.0, 1.0 - others / (total - self._total))
 
 
-def run_delay(pid: int) -> float:
-    """Seconds the process's threads spent runnable but waiting for a CPU, added up, since each began (the
-    kernel's ``/proc/<pid>/task/<tid>/schedstat``); 0 where the kernel does not keep it, or the process
-    is gone.  Every thread counts: a main thread that waits for the GIL held by a starved thread sleeps,
-    and the starved one's wait is what held it up."""
-    waited = 0
-    try:
+def _sched(pid: int) -> dict[str, tuple[str, int, int]]:
+    """tid -> (state, ns on a CPU, ns runnable but waiting for one) of each thread of a process (the
+    kernel's ``stat`` and ``schedstat``); empty once it is gone."""
+    found = {}
+    with contextlib.suppress(OSError):
         for tid in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                waited += int(f.read().split()[1])
-    except OSError:
-        return 0.0
-    return waited / 1e9
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    ran, waited = (int(v) for v in f.read().split()[:2])
+                found[tid] = (state, ran, waited)
+    return found
+
+
+@dataclass
+class _Thread:
+    ran: int  # ns on a CPU, at the last reading
+    waited: int  # ns of run delay the kernel has added up, at the last reading
+    read: float  # when that was
+    since: float | None = None  # runnable and not run since then: waiting for a CPU
 
 
 class Unstarved:
     """How much of the wall time since it was made every one of some processes had to itself: the wall
-    time less the longest any of them was kept waiting for a CPU meanwhile (its threads' run delay).
-    Time a rank spent blocked, or running, is its own; time it was ready to run and was not given a CPU
-    (a neighbour's processes held them) is given back."""
+    time less the longest any of them was kept waiting for a CPU meanwhile.  Time a process spent
+    blocked, or running, is its own; time it was ready to run and was not given a CPU (a neighbour's
+    processes held them) is given back.
+
+    The kernel adds a wait to a thread's run delay only once the thread runs again, so a thread still
+    waiting is seen by the readings: runnable at two of them with no CPU time between, it has waited
+    since the first."""
 
     def __init__(self, pids: Sequence[int]) -> None:
-        self._start = {pid: run_delay(pid) for pid in pids}
+        now = time.monotonic()
+        self._threads = {
+            pid: {tid: _Thread(ran, waited, now) for tid, (_, ran, waited) in _sched(pid).items()} for pid in pids
+        }
+        self._start = {pid: sum(t.waited for t in threads.values()) for pid, threads in self._threads.items()}
 
     def seconds(self, wall: float) -> float:
-        waited = max((run_delay(pid) - start for pid, start in self._start.items()), default=0.0)
-        return max(0.0, wall - waited)
+        now, longest = time.monotonic(), 0.0
+        for pid, threads in self._threads.items():
+            pending = 0.0
+            for tid, (state, ran, waited) in _sched(pid).items():
+                seen = threads.setdefault(tid, _Thread(ran, waited, now))
+                stuck = state == "R" and ran == seen.ran and waited == seen.waited
+                seen.since = (seen.since if seen.since is not None else seen.read) if stuck else None
+                seen.ran, seen.waited, seen.read = ran, waited, now
+                pending += now - seen.since if seen.since is not None else 0.0
+            waited_ns = sum(t.waited for t in threads.values()) - self._start[pid]
+            longest = max(longest, waited_ns / 1e9 + pending)
+        return max(0.0, wall - longest)
