@@ -49,6 +49,7 @@ SHARED_WORKER = {
     # graded: the references and the template graded once
     "test_matrix": "graded",
     "test_pipeline": "graded",
+    "test_neighbours": "graded",
     # processes that carry the hostile corpus's marker, looked for on the whole machine
     "test_hostile_corpus": "marked",
     "test_lifecycle": "marked",
