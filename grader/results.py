@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -218,11 +220,16 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+@functools.cache
+def _hints(cls: Any) -> dict[str, Any]:
+    """A dataclass's field types, resolved once: resolving them for every object (the annotations are
+    strings) took 44 ms of a 60-case result's 45 ms load, and the service's class page loads 1,000."""
+    return typing.get_type_hints(cls)
+
+
 def _from_dict(cls: Any, data: Any) -> Any:
     """Rebuild nested dataclasses from their ``asdict`` form (the inverse of ``to_dict``)."""
-    import typing
-
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     kwargs = {}
     for f in dataclasses.fields(cls):
         if f.name in data:
@@ -232,7 +239,6 @@ def _from_dict(cls: Any, data: Any) -> Any:
 
 def _coerce(tp: Any, value: Any) -> Any:
     import types
-    import typing
 
     if value is None:
         return None
