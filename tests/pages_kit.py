@@ -100,31 +100,39 @@ class Seeder:
     def add(self, student: str, doc: dict | None, *, received: float, status: str = GRADED, commit: str = "") -> str:
         """One submission of ``student``: graded with ``doc`` (written as the engine writes it), or a row
         in ``status`` with no files yet.  Its id."""
-        sid = secrets.token_urlsafe(24)
+        return self.bulk([(student, doc, received, status, commit)])[0]
+
+    def bulk(self, pushes: list[tuple[str, dict | None, float, str, str]]) -> list[str]:
+        """Many submissions, (student, doc, received, status, commit) each, in one transaction; their ids."""
         config = self.service.config
-        row = Submission(
-            id=sid,
-            assignment=ASSIGNMENT,
-            student=student,
-            repository=f"course-org/a9-{student}"[:200],
-            rate_key=f"seed:{student}"[:200],
-            commit=commit or secrets.token_hex(20),
-            jti=None,
-            status=status,
-            received_at=received,
-            attempts=0,
-        )
-        if doc is not None:
-            here = submission_dir(config, ASSIGNMENT, sid)
-            here.mkdir(parents=True, exist_ok=True)
-            result = GradeResult.from_dict(doc)
-            (here / "results.json").write_text(result.to_json(), encoding="utf-8")
-            if self.write_reports:
-                (here / "report.html").write_text(render_student_report(result, student=student), encoding="utf-8")
-            row.score, row.max_score, row.graded_at = result.score, result.max_score, received + 30.0
+        rows, ids = [], []
+        for student, doc, received, status, commit in pushes:
+            sid = secrets.token_urlsafe(24)
+            row = Submission(
+                id=sid,
+                assignment=ASSIGNMENT,
+                student=student,
+                repository=f"course-org/a9-{student}"[:200],
+                rate_key=f"seed:{student}"[:200],
+                commit=commit or secrets.token_hex(20),
+                jti=None,
+                status=status,
+                received_at=received,
+                attempts=0,
+            )
+            if doc is not None:
+                here = submission_dir(config, ASSIGNMENT, sid)
+                here.mkdir(parents=True, exist_ok=True)
+                (here / "results.json").write_text(json.dumps(doc), encoding="utf-8")
+                if self.write_reports:
+                    report = render_student_report(GradeResult.from_dict(doc), student=student)
+                    (here / "report.html").write_text(report, encoding="utf-8")
+                row.score, row.max_score, row.graded_at = doc["score"], doc["max_score"], received + 30.0
+            rows.append(row)
+            ids.append(sid)
         with self.service.sessions.begin() as session:
-            session.add(row)
-        return sid
+            session.add_all(rows)
+        return ids
 
 
 def fixture() -> dict:

@@ -24,13 +24,13 @@ import pytest
 
 pytest.importorskip("fastapi")
 webdriver = pytest.importorskip("selenium.webdriver")
-from pages_kit import ASSIGNMENT, REPO, add_cases, fixture, open_seeded, serving, variant  # noqa: E402
 from selenium.common.exceptions import TimeoutException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 from grader.service.db import GRADED, QUEUED, Submission  # noqa: E402
+from tests.pages_kit import ASSIGNMENT, REPO, add_cases, fixture, open_seeded, serving, variant  # noqa: E402
 
 PWN = "window.__pwned=1"
 LONG = "L" * 10_000
