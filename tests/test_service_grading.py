@@ -29,6 +29,8 @@ from grader.service.workers import iso
 from tests.oidc_issuer import Issuer
 from tests.service_kit import ROOT, bundle, commit_tree, write_config
 
+pytestmark = pytest.mark.slow  # about a minute: three service starts and four A5 gradings
+
 SECRET = "the-grade-of-records-secret"
 DONE = ("graded", "error", "superseded")
 
