@@ -144,6 +144,7 @@ def main(args: argparse.Namespace) -> int:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # a line per plugin on every start otherwise
     config = load_config(args.config)
     service = open_service(config)
     engine = Engine(config, service.sessions)
