@@ -334,9 +334,15 @@ def save_screenshot(driver, name: str) -> None:
     """docs/_static/<name>, refreshed on request (GRADER_DOCS_SCREENSHOT=1), as the student report's is."""
     if not os.environ.get("GRADER_DOCS_SCREENSHOT"):
         return
+    from PIL import Image
+
     height = driver.execute_script("return Math.min(document.body.scrollHeight, 2400)")
     driver.set_window_size(1280, height)
     try:
-        driver.save_screenshot(str(REPO / "docs" / "_static" / name))
+        png = REPO / "docs" / "_static" / name
+        driver.save_screenshot(str(png))
+        with Image.open(png) as image:
+            picture = image.convert("RGB")
+        picture.quantize(colors=128).save(png, optimize=True)  # a palette, as the student report's picture
     finally:
         driver.set_window_size(1280, 1000)

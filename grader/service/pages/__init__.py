@@ -314,7 +314,7 @@ def _chart(pushes: list[data.Push]) -> dict[str, Any] | None:
     points = [(p.score, p.max_score) for p in pushes if p.score is not None and p.max_score]
     if not points:
         return None
-    width, height, pad = 600, 160, 24
+    width, height, pad = 600, 160, 32
     step = (width - 2 * pad) / max(1, len(points) - 1)
     coords = [
         (pad + i * step, height - pad - (height - 2 * pad) * max(0.0, min(1.0, s / m)))
@@ -323,6 +323,7 @@ def _chart(pushes: list[data.Push]) -> dict[str, Any] | None:
     return {
         "width": width,
         "height": height,
+        "pad": pad,
         "line": " ".join(f"{x:.1f},{y:.1f}" for x, y in coords),
         "dots": [
             {"x": f"{x:.1f}", "y": f"{y:.1f}", "label": f"{fmt_points(s)}/{fmt_points(m)}"}
