@@ -39,7 +39,7 @@ def beside(tmp_path_factory: pytest.TempPathFactory, graded: Callable[[str], Gra
     root = tmp_path_factory.mktemp("neighbours")
     attacker = Path(shutil.copytree(alone["reference"].tree, root / "attacker"))
     collectives = attacker / "src" / "collectives.py"
-    collectives.write_text(collectives.read_text() + ATTACK.read_text())
+    collectives.write_text(collectives.read_text() + "\n\n" + ATTACK.read_text())
     roster = root / "roster.csv"
     roster.write_text(f"attacker,{attacker}\n" + "".join(f"{n},{g.tree}\n" for n, g in alone.items()))
     out = root / "out"
