@@ -321,6 +321,12 @@ def _main(args: argparse.Namespace) -> int:
         return 2
 
 
+# What ``pip install "dist-grader[service]"`` adds (pyproject.toml); a missing one is the install's, not a bug
+SERVICE_EXTRA = frozenset(
+    {"fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "psycopg", "joserfc", "httpx", "jinja2"}
+)
+
+
 def _report_bug(exc: Exception) -> None:
     """A bug in the grader, whatever the input: one line saying where, never a traceback."""
     where = traceback.extract_tb(exc.__traceback__)[-1]
@@ -377,14 +383,17 @@ def _dispatch(args: argparse.Namespace) -> int:
         from grader import submit
 
         return submit.main(args)
-    if args.command == "serve":
-        from grader.service import app
-
-        return app.main(args)
-    if args.command == "service":
-        from grader.service import tokens
-
-        return tokens.main(args)
+    if args.command in ("serve", "service"):
+        try:
+            from grader.service import app, tokens
+        except ModuleNotFoundError as missing:  # the base install, a student's, has no server
+            if (missing.name or "").partition(".")[0] not in SERVICE_EXTRA:
+                raise
+            raise UserError(
+                f"grader {args.command} needs the service extra ({missing.name} is missing): "
+                'pip install "dist-grader[service]", or EXTRAS=service bash scripts/install.sh from a checkout'
+            ) from None
+        return app.main(args) if args.command == "serve" else tokens.main(args)
     raise AssertionError(args.command)
 
 
