@@ -271,7 +271,8 @@ class QueueView:
 
 def queue_view(sessions: sessionmaker[Session], config: ServiceConfig, assignment: str) -> QueueView:
     """The queue's counts, what each busy worker grades, and a new push's expected wait: its place in
-    line over the workers, times the typical receipt-to-grade time of the last gradings."""
+    line over the workers, times the typical receipt-to-grade time of the last gradings (the last
+    received of those graded)."""
     with sessions.begin() as session:
         mine = dict(
             session.execute(
@@ -292,7 +293,7 @@ def queue_view(sessions: sessionmaker[Session], config: ServiceConfig, assignmen
         recent = session.execute(
             select(Submission.received_at, Submission.graded_at)
             .where(Submission.status == GRADED, Submission.graded_at.is_not(None))
-            .order_by(Submission.graded_at.desc())
+            .order_by(Submission.received_at.desc())  # ix_submissions_queue's order: no sort of every grade
             .limit(RECENT_GRADES)
         ).all()
     typical = statistics.median(g - r for r, g in recent if g is not None) if recent else None
