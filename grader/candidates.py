@@ -31,8 +31,12 @@ import tokenize
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
 from grader.text import shown
+
+if TYPE_CHECKING:
+    from grader.rubric import Rubric
 
 #: Files of the right kind read at most, per submission: a committed virtual environment holds thousands.
 MAX_CANDIDATES = 64
@@ -98,6 +102,21 @@ def prints(files: Iterable[tuple[str, bytes]]) -> frozenset[str]:
     code's tokens without comments and blank lines (a notebook's code cells: a handout run once in Colab
     keeps its code and gains outputs and execution counts)."""
     return frozenset(p for path, data in files for p in _prints(path, data))
+
+
+def starter_prints(rubric: Rubric) -> frozenset[str]:
+    """:func:`prints` of the rubric's pack's starter files of a student file's kind
+    (none without ``hand_in``, or where the pack ships no starter: a wheel does not)."""
+    from grader.manual_items import rubric_pack  # the pack registry, loaded only for a hand_in rubric
+
+    pack = rubric_pack(rubric) if rubric.hand_in is not None else None
+    suffixes = {PurePosixPath(name).suffix.lower() for name in rubric.student_files}
+    files: list[tuple[str, bytes]] = []
+    for place in pack.starter if pack is not None else ():
+        for path in sorted(place.rglob("*")) if place.is_dir() else [place]:
+            if path.suffix.lower() in suffixes and path.is_file():
+                files.append((path.name, path.read_bytes()))
+    return prints(files)
 
 
 #: Characters past which a file is compared with the starters by digest only: a handout is tens of

@@ -287,11 +287,8 @@ def _unbundle(spec: dict[str, Any]) -> dict[str, Any]:
         if bundle.prerequisites:
             raise _Refusal("it is not whole: it needs commits it does not hold (bundle HEAD with its history)")
         refs = {ref.decode(errors="replace"): sha.decode() for ref, sha in bundle.references.items()}
-        tip = (
-            spec["tip"]
-            or refs.get("HEAD")
-            or (next(iter(set(refs.values()))) if len(set(refs.values())) == 1 else None)
-        )
+        commits = set(refs.values())
+        tip = spec["tip"] or refs.get("HEAD") or (commits.pop() if len(commits) == 1 else None)
         if tip is None:
             raise _Refusal("it names no HEAD and several commits: bundle one (git bundle create x.bundle HEAD)")
         if tip not in refs.values():

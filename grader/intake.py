@@ -128,23 +128,8 @@ def take(
         submitted_at=submitted_at,
         trust_commit_time=trust_commit_time,
         hand_in=rubric.hand_in,
-        starters=starter_prints(rubric),
+        starters=candidates.starter_prints(rubric),
     )
-
-
-def starter_prints(rubric: Rubric) -> frozenset[str]:
-    """:func:`grader.candidates.prints` of the rubric's pack's starter files of a student file's kind
-    (none without ``hand_in``, or where the pack ships no starter: a wheel does not)."""
-    from grader.manual_items import rubric_pack  # the pack registry, loaded only for a hand_in rubric
-
-    pack = rubric_pack(rubric) if rubric.hand_in is not None else None
-    suffixes = {PurePosixPath(name).suffix.lower() for name in rubric.student_files}
-    files: list[tuple[str, bytes]] = []
-    for place in pack.starter if pack is not None else ():
-        for path in sorted(place.rglob("*")) if place.is_dir() else [place]:
-            if path.suffix.lower() in suffixes and path.is_file():
-                files.append((path.name, path.read_bytes()))
-    return candidates.prints(files)
 
 
 def materialize(
@@ -210,7 +195,7 @@ def watched(directory: Path, rubric: Rubric) -> frozenset[Path]:
     deliverables = [d.any_of for d in rubric.deliverables.values()]
     budget = _Budget(rubric.limits.file_size_mb << 20, rubric.limits.submission_mb << 20)
     root = _root(directory, student_files, budget, rubric.hand_in)
-    located = _locate(root, student_files, deliverables, budget, rubric.hand_in, starter_prints(rubric))
+    located = _locate(root, student_files, deliverables, budget, rubric.hand_in, candidates.starter_prints(rubric))
     first = {root / place for name, _, _ in located for place in (name, PurePosixPath(name).name) if "*" not in name}
     return frozenset(first | {root / found for _, found, _ in located if found is not None})
 

@@ -1,21 +1,20 @@
 """Session side: rank groups from the zygote; feed them cases, measure them, always get them back.
 
-A :class:`RankGroup` is N ranks forked by the session's :class:`Zygote` (a process that never held
-a case's expected values), joined in a Gloo group through a per-group ``FileStore``
-(no port is ever guessed).  Many cases of one world size run in the same group; after any case
-that leaves the wire in doubt (a failure, messages left in flight, traffic the ranks' own records
-do not explain) the group is torn down and the next case gets a fresh one, so no case's verdict
-depends on an earlier one's mess.
+A :class:`RankGroup` is N ranks forked by the session's :class:`Zygote` (a process that never held a
+case's expected values), joined in a Gloo group through a per-group ``FileStore`` (no port is ever
+guessed).  Many cases of one world size run in the same group; after any case that leaves the wire in
+doubt (a failure, messages left in flight, traffic the ranks' own records do not explain) the group is
+torn down and the next case gets a fresh one, so no case's verdict depends on an earlier one's mess.
 
-What the session knows of a case, it knows from outside the ranks: each rank's end (exit status
-or signal) from the group's init, an OOM kill from the rank's cgroup, the traffic from a packet
-capture in the group's network namespace (:class:`~grader.runtimes.torchdist.traffic.Capture`), CPU time and
-thread states from /proc.  A rank's reply says what it computed and what it claims to have done.
+What the session knows of a case, it knows from outside the ranks: each rank's end (exit status or
+signal) from the group's init, an OOM kill from the rank's cgroup, the traffic from a packet capture in
+the group's network namespace (:class:`~grader.runtimes.torchdist.traffic.Capture`), CPU time and thread
+states from /proc.  A rank's reply says what it computed and what it claims to have done.
 
-Teardown always happens: per-case wall timeout, deadlock detection (every unfinished rank blocked
-in communication with nothing changing), and on close the leader is killed, which ends the
-group's PID namespace (or, without one, makes init kill every descendant), and whatever is left
-in the group's cgroup is killed before the cgroup is removed.
+Teardown always happens: per-case wall timeout, deadlock detection (every unfinished rank blocked in
+communication with nothing changing), and on close the leader is killed, which ends the group's PID
+namespace (or, without one, makes init kill every descendant), and whatever is left in the group's
+cgroup is killed before the cgroup is removed.
 """
 
 from __future__ import annotations
@@ -372,10 +371,7 @@ class RankGroup(GroupLifecycle):
         output = CappedOutput(self.limits.output_kb << 10)
         window: deadlock.Window | None = None  # since when every unfinished rank has been blocked
         hang = ""
-        failed_at: float | None = None
-        grace: procfs.Unstarved | None = (
-            None  # the case's own time since then: its ranks' and this session's (budgets.grace_over)
-        )
+        grace: procfs.Unstarved | None = None  # since a rank failed: the others' own time (budgets.grace_over)
         capture = self._capture
         capture_due = 0.0  # before then the capture's packets wait in its buffer
         own = procfs.OwnTime([rk.pid for rk in self._ranks]) if expect == "case" else None  # what a budget counts
@@ -428,13 +424,9 @@ class RankGroup(GroupLifecycle):
                     except wire.WireError as exc:
                         reports[r] = RankReport(r, "wire_error", f"rank {r} sent a malformed reply: {exc}")
             now = time.monotonic()
-            if failed_at is None and any(rep is not None and rep.status not in ("ok", "ready") for rep in reports):
-                failed_at, grace = now, procfs.Unstarved([os.getpid(), *(rk.pid for rk in self._ranks)])
-            if (
-                grace is not None
-                and failed_at is not None
-                and grace_over(FAILURE_GRACE_S, now - failed_at, grace.seconds, self.limits.case_timeout_s)
-            ):
+            if grace is None and any(rep is not None and rep.status not in ("ok", "ready") for rep in reports):
+                grace = procfs.Unstarved([os.getpid(), *(rk.pid for rk in self._ranks)])
+            if grace and grace_over(FAILURE_GRACE_S, now - grace.began, grace.seconds, self.limits.case_timeout_s):
                 break  # one rank failed; the others had a moment of their own to report their own failure
             slots = [rk.status.get() for rk in self._ranks]
             waiting = [r for r in range(n) if reports[r] is None]

@@ -157,7 +157,7 @@ class Unstarved:
     since the first."""
 
     def __init__(self, pids: Sequence[int]) -> None:
-        now = time.monotonic()
+        self.began = now = time.monotonic()
         self._threads = {
             pid: {tid: _Thread(ran, waited, now) for tid, (_, ran, waited) in _sched(pid).items()} for pid in pids
         }
