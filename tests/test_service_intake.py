@@ -165,6 +165,16 @@ def test_a_good_push_is_a_row_before_the_202_and_its_token_is_not_taken_twice(do
     assert door.stored()[0] == rows
 
 
+def test_github_names_are_matched_as_github_matches_them_whatever_their_case(door):
+    """GitHub's owner, repository and user names ignore case: ``Course-Org/A5-Carol`` is Classroom's
+    ``a5-carol`` of the organisation ``course-org``, and the student is the roster's ``carol``, one row."""
+    status, answer = door.post(door.bundle, door.issuer.token("Course-Org/A5-Carol", door.sha))
+    assert status == 202, answer
+    assert answer["student"] == "carol"
+    status, answer = door.post(door.bundle, door.issuer.token("Course-Org/A5-Eve", door.sha))
+    assert (status, answer["error"]["code"]) == (403, "not_on_roster")
+
+
 def test_too_many_pushes_a_minute_from_one_repository_are_refused(door):
     codes = [door.post(door.bundle, door.token("dave"))[0] for _ in range(4)]
     assert codes == [202, 202, 202, 429]

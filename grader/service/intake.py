@@ -21,7 +21,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sqlalchemy import select
@@ -75,9 +75,12 @@ def identify(
     else:
         student = student_of_token(session, assignment.id, token)
         asker = Asker(student, None, f"token:{assignment.id}/{student}", None, None)
-    if assignment.roster is not None and asker.student not in assignment.roster:
+    if assignment.roster is None:
+        return asker
+    listed = {name.casefold(): name for name in assignment.roster}  # GitHub's usernames ignore case
+    if asker.student.casefold() not in listed:
         raise Refused(403, "not_on_roster", f"{asker.student} is not on the roster of assignment {assignment.id}")
-    return asker
+    return replace(asker, student=listed[asker.student.casefold()])  # one row per student, as listed
 
 
 def receive(

@@ -102,16 +102,18 @@ class Verifier:
         if not all(isinstance(v, str) and v for v in (owner, repository, sha)):
             raise Refused(401, "bad_token", "the token names no repository_owner, repository or sha")
         assert isinstance(owner, str) and isinstance(repository, str) and isinstance(sha, str)
-        if owner not in self.config.owners:
+        if owner.casefold() not in {known.casefold() for known in self.config.owners}:  # GitHub's names ignore case
             raise Refused(403, "wrong_owner", f"repositories of {owner!r} are not graded by this service")
         jti = claims.get("jti")
         return Claims(repository, owner, sha.lower(), str(jti) if jti is not None else None)
 
 
 def student_of(claims: Claims, repo_prefix: str, assignment: str) -> str:
-    """The student a repository belongs to: the name after ``<owner>/<repo_prefix>``."""
+    """The student a repository belongs to: the name after ``<owner>/<repo_prefix>``, whose case GitHub
+    ignores (``A9-Alice`` is the repository Classroom named ``a9-alice``)."""
     owner, _, name = claims.repository.partition("/")
-    student = name[len(repo_prefix) :] if owner == claims.owner and name.startswith(repo_prefix) else ""
+    matches = owner.casefold() == claims.owner.casefold() and name.casefold().startswith(repo_prefix.casefold())
+    student = name[len(repo_prefix) :] if matches else ""
     if not valid_student(student):
         raise Refused(403, "wrong_repository", f"{claims.repository} is not a repository of assignment {assignment}")
     return student
