@@ -40,7 +40,7 @@ from grader.results import Verdict
 from grader.runtimes.torchdist import mode
 from grader.runtimes.torchdist.zygote import NUMERICS_ENV
 from grader.salt import SALT_ENV
-from grader.sandbox import cgroups
+from grader.sandbox import cgroups, shares
 
 MAX_ROUNDS = 4
 #: pytest's plugins the session has no use for: each costs time on every one of hundreds of cases
@@ -217,7 +217,7 @@ def _grading_group() -> Iterator[tuple[cgroups.GradingCgroup | None, str]]:
     """This grading's group (``cgroups.GradingCgroup``), with its line in the isolation map: one CPU
     share weighted as every other grading's, and its part of the machine's memory where a batch runs
     ``--jobs`` gradings side by side; None, and the reason, where no cgroup can be made."""
-    made = cgroups.GradingCgroup.make(cgroups.memory_share_mb(cgroups.machine_memory_mb(), cgroups.batch_jobs()))
+    made = cgroups.GradingCgroup.make(shares.grading_memory_mb())
     if isinstance(made, str):
         yield None, made
         return

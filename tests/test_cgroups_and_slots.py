@@ -17,14 +17,14 @@ import pytest
 
 from grader.sandbox import slots
 from grader.sandbox.cgroups import (
+    CONTAINER_ENV,
     HEADROOM_MB,
-    RESERVE_MB,
     Cgroups,
     GradingCgroup,
     cpu_weight,
-    memory_share_mb,
     parent_weight,
 )
+from grader.sandbox.shares import RESERVE_MB, memory_share_mb
 
 
 def fake_v2(tmp_path: Path) -> Path:
@@ -141,6 +141,22 @@ def test_without_root_no_grading_group_is_made_and_the_isolation_map_says_why(mo
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     made = GradingCgroup.make(4096)
     assert isinstance(made, str) and made.startswith("off: cgroups need root")
+
+
+def test_in_the_docker_backends_container_the_container_is_the_grading_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One grading a container, its CPUs and memory capped and its CPU weight docker's default, as every other
+    container's: the isolation map says so, and no group is made under its read-only /sys/fs/cgroup."""
+    from grader.backends.docker import container_options
+
+    options = container_options(Path("/s"), Path("/r"), None, memory_mb=6144, cpus=2.0, pids=4096, group_add=[])
+    monkeypatch.setenv(CONTAINER_ENV, options["environment"][CONTAINER_ENV])
+    made = GradingCgroup.make(4096, Path("/nonexistent"))
+    assert made == (
+        "on: the grading's container is its one group (2 CPUs and 6144 MiB at most), "
+        "weighted as every other container's"
+    )
+    monkeypatch.delenv(CONTAINER_ENV)
+    assert str(GradingCgroup.make(4096, Path("/nonexistent"))).startswith("off: ")
 
 
 def test_on_cgroup_v1_a_grading_has_a_cpu_group_and_a_memory_group_its_ranks_nest_in(tmp_path: Path) -> None:

@@ -51,6 +51,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from grader.results import schema_path
 from grader.salt import SALT_ENV
+from grader.sandbox.cgroups import CONTAINER_ENV
 
 Status = Literal["ok", "timeout", "oom", "start_failed", "error"]
 
@@ -230,7 +231,12 @@ def container_options(
         "group_add": group_add,
         "init": True,  # reaps the rank processes that a crashed grader leaves behind
         "volumes": volumes,
-        "environment": {"HOME": "/work", "TMPDIR": "/tmp", **({SALT_ENV: salt} if salt else {})},
+        "environment": {
+            "HOME": "/work",
+            "TMPDIR": "/tmp",
+            CONTAINER_ENV: f"{cpus:g} CPUs and {int(memory_mb)} MiB at most",
+            **({SALT_ENV: salt} if salt else {}),
+        },
         "working_dir": "/work",
         "labels": {LABEL: "grade"},
     }

@@ -33,8 +33,8 @@ from grader.render.outputs import write_text
 from grader.results import GradeResult, TimeSource
 from grader.rubric import Rubric
 from grader.salt import SALT_ENV
-from grader.sandbox.cgroups import JOBS_ENV
 from grader.sandbox.parent import DIE_WITH_PARENT_ENV
+from grader.sandbox.shares import JOBS_ENV
 from grader.seal import GRADED_DIR, KEY_FILE, OUTCOME_FILE, seal
 
 if TYPE_CHECKING:
@@ -214,7 +214,7 @@ def start_grade(
     no other user can read, never on the command line.  ``hosts``: the grade forks its session hosts
     from this server, over a connection of its own, whose end ends them too.  ``grades``: the grade is
     forked by this server (``grade_server``) rather than started as a new interpreter, where it can be.
-    ``jobs``: how many grades run side by side here, which share the machine's memory (``cgroups.JOBS_ENV``)."""
+    ``jobs``: how many grades run side by side here, which share the machine's memory (``shares.JOBS_ENV``)."""
     env = {**os.environ, DIE_WITH_PARENT_ENV: str(os.getpid()), JOBS_ENV: str(jobs)}
     if salt:
         env[SALT_ENV] = salt

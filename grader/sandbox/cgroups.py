@@ -54,10 +54,10 @@ NAME = "dist-grader"
 #: the session's grading group (:class:`GradingCgroup`), a directory name under ``dist-grader``: its
 #: groups nest in it.  Set by the runner in the session's environment, never seen by a rank.
 GRADING_ENV = "GRADER_GRADING_CGROUP"
-#: how many gradings a batch runs side by side (``grader batch --jobs``), set in each grade's environment
-JOBS_ENV = "GRADER_BATCH_JOBS"
-#: the machine's memory no grading counts on: the grader's own processes (a batch, its servers) and the system
-RESERVE_MB = 1024
+#: set by the docker backend in the container it grades in (one grading a container): the container is the
+#: grading's group, its CPUs and memory capped and its CPU weight docker's default, as every other container's;
+#: its /sys/fs/cgroup is read-only, and no group of the grading's own is made in it
+CONTAINER_ENV = "GRADER_CONTAINER_GROUP"
 _counter = itertools.count()
 
 
@@ -201,30 +201,6 @@ def parent_weight(version: int, gradings: int) -> str:
     return str(min(int(value) * max(1, gradings), 10_000 if version == 2 else 262_144))
 
 
-def memory_share_mb(machine_mb: int, jobs: int) -> int:
-    """The memory one grading's group may hold: its part of the machine, less :data:`RESERVE_MB`, when
-    ``jobs`` gradings run side by side.  The limits of every grading together then fit the machine, so
-    the kernel's out-of-memory killer acts inside a grading's group, never on the whole machine."""
-    return max(HEADROOM_MB, (machine_mb - RESERVE_MB) // max(1, jobs))
-
-
-def machine_memory_mb() -> int:
-    """MemTotal, in MiB (0 where /proc/meminfo does not say)."""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) >> 10
-    return 0
-
-
-def batch_jobs() -> int:
-    """How many gradings run beside this one (:data:`JOBS_ENV`; 1 for a grading of its own)."""
-    try:
-        return max(1, int(os.environ.get(JOBS_ENV, "1")))
-    except ValueError:
-        return 1
-
-
 @dataclass
 class GradingCgroup:
     """One grading's group (issue 58): one CPU share, weighted as every other grading's, and one memory
@@ -244,8 +220,12 @@ class GradingCgroup:
 
     @classmethod
     def make(cls, memory_mb: int, root: Path = ROOT) -> GradingCgroup | str:
-        """A new grading group under ``root`` whose ranks may hold ``memory_mb`` in all, or why there is
-        none (``"off: ..."``; the grading's processes then share the machine as any others do)."""
+        """A new grading group under ``root`` whose ranks may hold ``memory_mb`` in all, or the isolation
+        map's line where none is made: the container that stands for it (:data:`CONTAINER_ENV`), or why
+        there is none (``"off: ..."``; the grading's processes then share the machine as any others do)."""
+        container = os.environ.get(CONTAINER_ENV)
+        if container:
+            return f"on: the grading's container is its one group ({container}), weighted as every other container's"
         if not hasattr(os, "geteuid"):
             return (
                 "off: no cgroups on this system: the grading's processes share the CPU and memory with its neighbours'"
