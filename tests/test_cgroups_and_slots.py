@@ -4,6 +4,7 @@ each rank of each concurrent grading gets."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -213,9 +214,15 @@ def test_a_graded_process_and_its_setsid_children_stay_in_the_grading_group_unti
         grading.close()
         assert parent.wait(timeout=10) == -signal.SIGKILL
         assert not any(p.exists() for p in made)
-    finally:
+    finally:  # nothing left spinning, whatever failed: the spinners are no children of this process
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(parent.pid, signal.SIGSTOP)  # it forks no more while its children are killed
+        for child in _children(parent.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
         parent.kill()
         parent.wait()
+        grading.close()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")
