@@ -185,6 +185,14 @@ def test_gradings_together_weigh_as_many_programs_against_the_rest_of_the_machin
     assert parent_weight(2, 1000) == "10000" and parent_weight(1, 1000) == "262144"  # the kernel's largest
 
 
+def _spinning_on_their_own(pid: int, count: int) -> bool:
+    children = _children(pid)
+    try:
+        return len(children) == count and all(os.getsid(child) == child for child in children)
+    except ProcessLookupError:
+        return False
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")
 def test_a_graded_process_and_its_setsid_children_stay_in_the_grading_group_until_it_closes() -> None:
     """What a rank that forks setsid() spinners does, on this host's own hierarchy: the child it had
@@ -204,8 +212,8 @@ def test_a_graded_process_and_its_setsid_children_stay_in_the_grading_group_unti
         assert parent.stdin is not None
         parent.stdin.write(b"\n")
         parent.stdin.flush()
-        while len(_children(parent.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        while not _spinning_on_their_own(parent.pid, 2) and time.monotonic() < deadline:
+            time.sleep(0.01)  # forked, and past their setsid()
         members = {int(pid) for procs in grading.procs() for pid in procs.read_text().split()}
         children = _children(parent.pid)
         assert len(children) == 2 and {parent.pid, *children} <= members

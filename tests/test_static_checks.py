@@ -17,6 +17,7 @@ import subprocess
 import sys
 import zipfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -489,6 +490,17 @@ def test_a_syntax_error_is_one_finding_at_its_position() -> None:
     assert finding.message == "invalid syntax" and finding.source == "return t +"
 
 
+@pytest.fixture
+def default_recursion_limit() -> Iterator[None]:
+    """CPython's default, which the grader runs under: a module that raised it for the whole test process
+    (jedi, imported with IPython by the notebook tests, sets 3000) made the deep expression checkable."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    yield
+    sys.setrecursionlimit(before)
+
+
+@pytest.mark.usefixtures("default_recursion_limit")
 def test_unparseable_bytes_and_runaway_nesting_are_findings_not_exceptions() -> None:
     null_byte = analyze_source("x = 1\0\n", "src/collectives.py", POLICY)
     too_deep_to_parse = analyze_source("x = " + ".".join(["a"] * 50_000), "src/collectives.py", POLICY)

@@ -29,7 +29,7 @@ from tests import fidelity
 
 REPO = Path(__file__).resolve().parents[1]
 UNPRIVILEGED = ["unshare", "--user", "--map-user=61001", "--map-group=61001", sys.executable]
-NEEDS_ROOT = {"cgroup", "uid"}  # rootless: no cgroup is delegated, and one uid is mapped
+NEEDS_ROOT = {"cgroup", "grading_cgroup", "uid"}  # rootless: no cgroup is delegated, and one uid is mapped
 STUDENT = "grader-student"
 pytestmark = [
     pytest.mark.slow,

@@ -108,6 +108,7 @@ class GradeTask:
     salt: str | None = field(default=None, repr=False)  # never in a repr, so never in a log
     similarity: SimilarityTask | None = None  # with --similarity: fingerprint the student here too
     warm: bool = False  # fork the grade and its hosts from the worker's servers, where it has them (warm_workers)
+    jobs: int = 1  # gradings side by side on the worker's machine (a local cluster's workers): its memory share
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ def grade_on_worker(task: GradeTask) -> GradeReply:
 
             hosts, grades = worker_servers()
         with (work / "grade.log").open("wb") as log:
-            proc = start_grade(cmd, log, task.salt, hosts, grades)
+            proc = start_grade(cmd, log, task.salt, hosts, grades, jobs=task.jobs)
         outcome = wait_grade(proc, task.timeout)
         outcome.seconds = round(time.monotonic() - start, 3)  # the grade's, not its wait in Dask's queue
         # not the student's doing (stopped from outside, or its grade server died under it): graded again
@@ -224,9 +225,11 @@ class ClusterGrader(Grader):
         send: bool,
         similarity: SimilarityTask | None = None,
         warm: bool = False,
+        machine_jobs: int = 1,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
+        self.machine_jobs = machine_jobs  # gradings at once on one worker machine (shares.JOBS_ENV); 1: unknown
         self.client = client
         self.send = send
         self.warm = warm  # the client was connected with warm workers (connect)
@@ -253,6 +256,7 @@ class ClusterGrader(Grader):
             salt=self.salt,
             similarity=replace(self.similarity, student=student.name) if self.similarity else None,
             warm=self.warm,
+            jobs=self.machine_jobs,
         )
 
     def run(self, student: Student, graded: Path) -> Outcome:
