@@ -3,21 +3,14 @@ stated mix for 100 students, exactly one hanging submission, every kind in a sma
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import Counter
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench-cluster.py"
+from tests.bench_kit import load_script
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_cluster", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench-cluster.py")
 
 
 def _kinds(roster: Path) -> Counter[str]:

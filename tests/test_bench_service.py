@@ -4,22 +4,13 @@ worked out from the service's own times as its docstring says."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench-service.py"
+from tests.bench_kit import load_script
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_service", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench-service.py")
 
 
 def test_the_rush_is_every_student_once_and_a_third_twice_template_first_all_inside_the_window():
