@@ -64,6 +64,21 @@ class CourseToken(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
+class ManualScore(Base):
+    """An instructor's score for one manual item of a student's (the ``--manual`` file's row), kept apart
+    from the gradings: the student's latest grading is rescored with them, and deleting one restores
+    the automatic score."""
+
+    __tablename__ = "manual_scores"
+
+    assignment: Mapped[str] = mapped_column(String(64), primary_key=True)
+    student: Mapped[str] = mapped_column(String(64), primary_key=True)
+    item: Mapped[str] = mapped_column(String(200), primary_key=True)
+    points: Mapped[float] = mapped_column(Float)
+    comment: Mapped[str | None] = mapped_column(Text)
+    entered_at: Mapped[float] = mapped_column(Float)
+
+
 class ScoredUnder(Base):
     """The scoring an assignment's gradings were last written under (``Assignment.scoring_digest``): a
     start under another rescores them from the cache."""
