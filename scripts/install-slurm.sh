@@ -1,17 +1,8 @@
 #!/usr/bin/env bash
-# Install Debian's Slurm and munge for tests/test_batch_slurm.py (its fixture starts a single-node
-# Slurm from them, tests/slurm.py), only when missing, so CI on a fresh machine runs those tests.
+# Debian's Slurm and munge for tests/test_batch_slurm.py (its fixture starts a single-node Slurm from
+# them, tests/slurm.py).
 set -euo pipefail
-
-if command -v slurmctld >/dev/null 2>&1 && command -v slurmd >/dev/null 2>&1 && command -v munged >/dev/null 2>&1; then
-    exit 0
-fi
-if [ "$(id -u)" -ne 0 ]; then
-    echo "install-slurm: slurm-wlm and munge are missing and installing them needs root (apt-get);" \
-        "tests/test_batch_slurm.py will skip" >&2
-    exit 0
-fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null
-command -v slurmctld >/dev/null
+# shellcheck source=scripts/apt-part.sh
+source "$(dirname "$0")/apt-part.sh"
+apt_part slurm "command -v slurmctld && command -v slurmd && command -v munged" \
+    "tests/test_batch_slurm.py will skip" slurm-wlm munge
