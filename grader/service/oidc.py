@@ -12,8 +12,11 @@ own repository and commit, and the service grades that commit itself.
 from __future__ import annotations
 
 import json
+import logging
+import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,11 @@ from typing import Any
 from grader.service.config import OidcConfig, valid_student
 from grader.service.refusal import Refused
 
-JWKS_TTL_S = 600.0  # a JWKS URL is fetched again after this long, or at once for an unknown key id
+log = logging.getLogger("grader.service")
+
+JWKS_TTL_S = 600.0  # a JWKS URL is fetched again after this long, or sooner for a token naming an unknown key id
+JWKS_REFETCH_S = 30.0  # and never more often than this: a flood of made-up key ids cannot hammer the issuer
+JWKS_TIMEOUT_S = 5.0
 LEEWAY_S = 30  # clock skew allowed on exp and nbf
 MAX_TOKEN_BYTES = 16 << 10
 
@@ -41,30 +48,41 @@ def looks_like_jwt(token: str) -> bool:
 
 
 class Verifier:
-    """Checks tokens against the configuration's issuer; the JWKS is read once and kept (a URL is
-    fetched again after :data:`JWKS_TTL_S`, or when a token names a key it does not hold)."""
+    """Checks tokens against the configuration's issuer.  The JWKS is read at the first token and kept;
+    a URL is fetched again after :data:`JWKS_TTL_S`, or when a token names a key id it does not hold
+    (the issuer rotated its key), but at most once every :data:`JWKS_REFETCH_S` whatever the tokens
+    say.  A fetch that fails keeps the keys held; with none held, tokens are refused (503) until one
+    succeeds.  ``clock`` is monotonic seconds (a test's own clock)."""
 
-    def __init__(self, config: OidcConfig) -> None:
+    def __init__(self, config: OidcConfig, clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
+        self._clock = clock
         self._keys: Any = None
-        self._fetched = 0.0
+        self._fetched = self._tried = -math.inf  # the last fetch that succeeded; the last one tried
         self._lock = threading.Lock()
 
-    def _key_set(self, refresh: bool = False) -> Any:
-        from joserfc.jwk import KeySet
-
+    def _key_set(self, unknown_kid: bool = False) -> Any:
+        url = _is_url(self.config.jwks)
         with self._lock:
-            stale = time.monotonic() - self._fetched > JWKS_TTL_S
-            if self._keys is None or refresh or (stale and _is_url(self.config.jwks)):
-                self._keys = KeySet.import_key_set(_read_jwks(self.config.jwks))
-                self._fetched = time.monotonic()
+            now = self._clock()
+            wanted = self._keys is None or (url and (unknown_kid or now - self._fetched > JWKS_TTL_S))
+            if wanted and (not url or now - self._tried >= JWKS_REFETCH_S):
+                self._tried = now
+                try:
+                    self._keys, self._fetched = _read_jwks(self.config.jwks), now
+                except JwksUnavailable as exc:
+                    log.warning("the OIDC issuer's keys: %s", exc)
+            if self._keys is None:
+                raise Refused(
+                    503, "jwks_unavailable", "the service cannot read its OIDC issuer's keys now: push again later"
+                )
             return self._keys
 
     def verify(self, token: str) -> Claims:
         """The token's claims once every check passed; :class:`Refused` (401 or 403) naming the first
         that did not."""
         from joserfc import jwt
-        from joserfc.errors import BadSignatureError, ExpiredTokenError, JoseError
+        from joserfc.errors import BadSignatureError, ExpiredTokenError, InvalidKeyIdError, JoseError
         from joserfc.jwt import JWTClaimsRegistry
 
         if len(token) > MAX_TOKEN_BYTES:
@@ -72,11 +90,8 @@ class Verifier:
         try:
             try:
                 decoded = jwt.decode(token, self._key_set(), algorithms=["RS256"])
-            except (ValueError, JoseError) as first:
-                if _is_url(self.config.jwks) and "kid" in str(first).lower():
-                    decoded = jwt.decode(token, self._key_set(refresh=True), algorithms=["RS256"])
-                else:
-                    raise
+            except InvalidKeyIdError:
+                decoded = jwt.decode(token, self._key_set(unknown_kid=True), algorithms=["RS256"])
         except BadSignatureError:
             raise Refused(401, "bad_signature", "the token's signature does not match the issuer's keys") from None
         except (ValueError, JoseError) as exc:
@@ -123,14 +138,26 @@ def _is_url(jwks: str) -> bool:
     return jwks.startswith(("https://", "http://"))
 
 
-def _read_jwks(jwks: str) -> Any:
-    if _is_url(jwks):
-        import httpx
+class JwksUnavailable(Exception):
+    """The JWKS could not be read, or is not a key set."""
 
-        response = httpx.get(jwks, timeout=10.0, follow_redirects=True)
-        response.raise_for_status()
-        return response.json()
-    return json.loads(Path(jwks).read_text(encoding="utf-8"))
+
+def _read_jwks(jwks: str) -> Any:
+    """The key set at ``jwks`` (a URL or a file); :class:`JwksUnavailable` saying why not."""
+    import httpx
+    from joserfc.errors import JoseError
+    from joserfc.jwk import KeySet
+
+    try:
+        if _is_url(jwks):
+            response = httpx.get(jwks, timeout=JWKS_TIMEOUT_S, follow_redirects=True)
+            response.raise_for_status()
+            data = response.json()
+        else:
+            data = json.loads(Path(jwks).read_text(encoding="utf-8"))
+        return KeySet.import_key_set(data)
+    except (httpx.HTTPError, OSError, ValueError, TypeError, KeyError, JoseError) as exc:
+        raise JwksUnavailable(f"{jwks}: {type(exc).__name__}: {_plain(exc)}") from None
 
 
 def _plain(exc: Exception) -> str:
