@@ -79,6 +79,18 @@ class ManualScore(Base):
     entered_at: Mapped[float] = mapped_column(Float)
 
 
+class PageSession(Base):
+    """An instructor's session on the pages (``grader.service.pages.auth``): the SHA-256 of its id (the
+    cookie), never the id, so a copy of the table logs nobody in; in the database, so a restart keeps
+    it and every service process on one database shares it."""
+
+    __tablename__ = "page_sessions"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    csrf: Mapped[str] = mapped_column(String(64))
+    expires_at: Mapped[float] = mapped_column(Float, index=True)
+
+
 class ScoredUnder(Base):
     """The scoring an assignment's gradings were last written under (``Assignment.scoring_digest``): a
     start under another rescores them from the cache."""

@@ -78,7 +78,7 @@ class Pages:
     def __init__(self, service: Any) -> None:
         self.service = service
         self.config = service.config
-        self.sessions = auth.Sessions(service.instructor_token)
+        self.sessions = auth.Sessions(service.instructor_token, service.sessions)
         self.cache = data.ResultCache(service.config)
         self.env = _environment()
         self._shapes: dict[str, tuple[str, str]] = {}  # assignment -> (key, html)

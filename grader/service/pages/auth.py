@@ -1,9 +1,11 @@
 """The instructor's session: ``POST /login`` with the instructor token starts one.
 
 A session id is ``secrets.token_urlsafe(32)`` in an HttpOnly, SameSite=Strict cookie; the service
-keeps only its SHA-256 (a memory dump or log line of the table opens nothing) with the session's CSRF
-token, also from ``secrets``, which every form of the pages carries and every POST but the login's
-must return.  Sessions live in the service process: a restart logs the instructor out.
+keeps only its SHA-256 (a dump or log line of the table opens nothing) with the session's CSRF token,
+also from ``secrets``, which every form of the pages carries and every POST but the login's must
+return.  Sessions are rows of the service's database (``page_sessions``): a restart keeps them, every
+service process on one database shares them, and a logout in one ends the session in all.  Expired
+rows are swept at each login.
 """
 
 from __future__ import annotations
@@ -11,12 +13,18 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import threading
 import time
 from dataclasses import dataclass
 
+from sqlalchemy import delete
+from sqlalchemy.orm import Session as Db
+from sqlalchemy.orm import sessionmaker
+
+from grader.service.db import PageSession
+
 COOKIE = "grader_session"
 LIFETIME_S = 12 * 3600
+SID_CHARS = 100  # a longer cookie is no id of ours: refused before it is hashed or looked up
 
 
 @dataclass(frozen=True)
@@ -26,38 +34,42 @@ class Session:
 
 
 class Sessions:
-    def __init__(self, instructor_token: str) -> None:
+    """The instructor's sessions in ``database`` (the service's sessionmaker)."""
+
+    def __init__(self, instructor_token: str, database: sessionmaker[Db]) -> None:
         self._token = instructor_token
-        self._by_digest: dict[str, Session] = {}
-        self._lock = threading.Lock()
+        self._database = database
 
     def login(self, token: str) -> str | None:
         """A new session id when ``token`` is the instructor's; None otherwise."""
-        if not token or not hmac.compare_digest(token.encode(), self._token.encode()):
+        if not token or not hmac.compare_digest(token.encode(errors="surrogateescape"), self._token.encode()):
             return None
         sid = secrets.token_urlsafe(32)
         now = time.time()
-        with self._lock:
-            self._by_digest = {k: v for k, v in self._by_digest.items() if v.expires > now}
-            self._by_digest[_digest(sid)] = Session(secrets.token_urlsafe(32), now + LIFETIME_S)
+        with self._database.begin() as db:
+            db.execute(delete(PageSession).where(PageSession.expires_at <= now))
+            db.add(PageSession(digest=_digest(sid), csrf=secrets.token_urlsafe(32), expires_at=now + LIFETIME_S))
         return sid
 
     def get(self, sid: str | None) -> Session | None:
-        if not sid or len(sid) > 100:
+        """The live session of the cookie ``sid``; None for none, an unknown one or an expired one."""
+        if not sid or len(sid) > SID_CHARS:
             return None
-        with self._lock:
-            found = self._by_digest.get(_digest(sid))
-        return found if found is not None and found.expires > time.time() else None
+        with self._database.begin() as db:
+            found = db.get(PageSession, _digest(sid))
+            if found is None or found.expires_at <= time.time():
+                return None
+            return Session(found.csrf, found.expires_at)
 
     def logout(self, sid: str | None) -> None:
-        if sid:
-            with self._lock:
-                self._by_digest.pop(_digest(sid), None)
+        if sid and len(sid) <= SID_CHARS:
+            with self._database.begin() as db:
+                db.execute(delete(PageSession).where(PageSession.digest == _digest(sid)))
 
 
 def csrf_ok(session: Session, sent: str) -> bool:
-    return bool(sent) and hmac.compare_digest(sent.encode(), session.csrf.encode())
+    return bool(sent) and hmac.compare_digest(sent.encode(errors="surrogateescape"), session.csrf.encode())
 
 
 def _digest(sid: str) -> str:
-    return hashlib.sha256(sid.encode()).hexdigest()
+    return hashlib.sha256(sid.encode(errors="surrogateescape")).hexdigest()
