@@ -57,10 +57,11 @@ def local_service(
     *,
     workers: int = 1,
     port: int | None = None,
+    command: tuple[str, ...] = (sys.executable, "-m", "grader", "serve", "--config"),
     **extra: Any,
 ) -> Iterator[LocalService]:
     """``grader serve`` with ``assignments``, the issuer's audience and owner, and ``extra`` config keys, on
-    ``port`` (default: a free one)."""
+    ``port`` (default: a free one); ``command``, given the config's path, starts it."""
     port = port or free_port()
     config = {
         "listen": f"127.0.0.1:{port}",
@@ -74,7 +75,7 @@ def local_service(
     log = root / "service.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "grader", "serve", "--config", str(root / "service.yaml")],
+            [*command, str(root / "service.yaml")],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
