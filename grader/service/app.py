@@ -26,7 +26,7 @@ from grader.service.config import ServiceConfig, load_config
 from grader.service.db import connect
 from grader.service.oidc import Verifier
 from grader.service.refusal import Refused
-from grader.service.tokens import check_instructor, secret_file
+from grader.service.tokens import bearer, check_instructor, secret_file
 from grader.service.workers import Engine
 
 log = logging.getLogger("grader.service")
@@ -116,6 +116,12 @@ def create_app(service: Service, engine: Engine | None = None) -> FastAPI:
             intake.receive, config, service.verifier, service.sessions, assignment, authorization, body
         )
         return JSONResponse(read.accepted(row), status_code=202)
+
+    @app.get("/api/v1/assignments/{assignment}/submissions")
+    async def own_submissions(assignment: str, request: Request) -> Any:
+        """The caller's own submissions: the course token that submits them (POST, above) lists them."""
+        token = bearer(request.headers.get("authorization"))
+        return await run_in_threadpool(read.own_submissions, config, service.sessions, assignment, token)
 
     @app.get("/api/v1/submissions/{sid}")
     async def submission(sid: str) -> Any:

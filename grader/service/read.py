@@ -17,6 +17,7 @@ from grader.results import GradeResult
 from grader.service.config import ServiceConfig
 from grader.service.db import ERROR, GRADED, SUPERSEDED, Submission
 from grader.service.refusal import Refused
+from grader.service.tokens import student_of_token
 from grader.service.workers import iso, submission_dir
 
 RESULTS, REPORT = "results.json", "report.html"
@@ -71,6 +72,42 @@ def document(config: ServiceConfig, row: Submission) -> dict[str, Any]:
         "graded_at": iso(row.graded_at) if row.graded_at is not None else None,
         "results": results,
         "error": row.error,
+    }
+
+
+def own_submissions(
+    config: ServiceConfig, sessions: sessionmaker[Session], assignment_id: str, token: str
+) -> dict[str, Any]:
+    """``GET /api/v1/assignments/{id}/submissions`` with a course token (``grader service tokens``): the
+    token's student's submissions of that assignment, newest first, each with its capability address.
+    The token alone decides whose: nothing in the request names a student."""
+    if assignment_id not in config.assignments:
+        raise Refused(404, "unknown_assignment", f"there is no assignment {assignment_id!r} on this service")
+    with sessions.begin() as session:
+        student = student_of_token(session, assignment_id, token)
+        rows = session.execute(
+            select(Submission.id, Submission.commit, Submission.status, Submission.received_at)
+            .add_columns(Submission.graded_at, Submission.score, Submission.max_score)
+            .where(Submission.assignment == assignment_id, Submission.student == student)
+            .order_by(Submission.received_at.desc())
+        ).all()
+    return {
+        "assignment": assignment_id,
+        "student": student,
+        "submissions": [
+            {
+                "id": row.id,
+                "commit": row.commit,
+                "status": row.status,
+                "score": row.score,
+                "max_score": row.max_score,
+                "received_at": iso(row.received_at),
+                "graded_at": iso(row.graded_at) if row.graded_at is not None else None,
+                "url": submission_url(row.id),
+                "page": page_url(row.id),
+            }
+            for row in rows
+        ],
     }
 
 
