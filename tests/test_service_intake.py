@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -18,10 +20,12 @@ from dulwich.objects import Blob, Commit, Tree
 from dulwich.repo import Repo
 from fastapi.testclient import TestClient
 
-from grader.service import tokens
+from grader.service import intake, tokens
 from grader.service.app import create_app, open_service
 from grader.service.config import load_config
 from grader.service.db import Submission
+from grader.service.refusal import Refused
+from tests import postgres
 from tests.oidc_issuer import Issuer
 from tests.service_kit import ROOT, bundle, commit_tree, git, write_config
 
@@ -33,11 +37,12 @@ LIMITS = """limits:
 
 
 class Door:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, database: str | None = None) -> None:
         self.root = root
         self.issuer = Issuer(root)
         (root / "roster.csv").write_text("student\nalice\nbob\ncarol\ndave\n")
-        config = write_config(root, self.issuer, extra=LIMITS, assignment="    roster: roster.csv\n")
+        extra = LIMITS + (f"database: '{database}'\n" if database else "")
+        config = write_config(root, self.issuer, extra=extra, assignment="    roster: roster.csv\n")
         self.config = load_config(config)
         self.service = open_service(self.config)
         self.client = TestClient(create_app(self.service))
@@ -179,6 +184,44 @@ def test_too_many_pushes_a_minute_from_one_repository_are_refused(door):
     codes = [door.post(door.bundle, door.token("dave"))[0] for _ in range(4)]
     assert codes == [202, 202, 202, 429]
     assert door.post(door.bundle, door.token("alice"))[0] == 202  # another repository is not slowed
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def database(request) -> Iterator[str | None]:
+    """The service's database: its default SQLite, or a real PostgreSQL (``tests/postgres.py``)."""
+    if request.param == "sqlite":
+        yield None
+        return
+    if why := postgres.unavailable():
+        pytest.skip(why)
+    with postgres.cluster() as url:
+        yield url
+
+
+def test_pushes_at_once_from_one_repository_take_exactly_the_minutes_places(database, tmp_path):
+    """The limit is counted where the row is inserted, its repository held: eight pushes racing past
+    the early count (each reads its bundle before its row is written) still give exactly three rows."""
+    door = Door(tmp_path, database)
+    pushes = [door.token("alice") for _ in range(8)]
+    start = threading.Barrier(len(pushes))
+
+    def push(token: str) -> int:
+        start.wait()
+        try:
+            intake.receive(
+                door.config, door.service.verifier, door.service.sessions, "a5", f"Bearer {token}", door.bundle
+            )
+        except Refused as refused:
+            return refused.status
+        return 202
+
+    with ThreadPoolExecutor(len(pushes)) as pool:
+        codes = sorted(pool.map(push, pushes))
+    assert codes == [202] * 3 + [429] * 5
+    assert door.stored()[0] == 3
+    state = door.config.state_dir
+    assert len(list((state / "assignments" / "a5" / "repos").iterdir())) == 3  # the refused left nothing
+    assert not list((state / "incoming").iterdir())
 
 
 def test_a_course_token_submits_for_its_student_and_only_its_hash_is_kept(door):

@@ -172,6 +172,31 @@ def test_the_rate_counts_one_repositorys_last_minute(sessions):
         assert queue.recent(session, "org/a5-alice", now) == 1
 
 
+def test_a_held_rate_key_makes_the_count_after_an_insert_see_the_other_pushs_row(sessions):
+    """``hold``: while one transaction holds a repository's key, another's insert and count wait for
+    it, then count both rows; without the hold, each would count only its own and both pass the limit."""
+    key, counted = "org/a5-alice", {}
+    first = sessions()
+    first.begin()
+    queue.hold(first, key)
+    queue.accept(first, row("first"))
+
+    def second() -> None:
+        with sessions.begin() as session:
+            queue.hold(session, key)
+            queue.accept(session, row("second"))
+            counted["second"] = queue.recent(session, key, time.time())
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    time.sleep(0.5)  # the second push reaches its hold (PostgreSQL) or its insert (SQLite) and waits there
+    counted["first"] = queue.recent(first, key, time.time())
+    first.commit()
+    first.close()
+    thread.join(timeout=60)
+    assert counted == {"first": 1, "second": 2}
+
+
 def test_course_tokens_are_kept_as_hashes_and_name_their_student_and_assignment(sessions):
     issued = tokens.issue(sessions, "a5", ("alice", "bob"))
     with sessions.begin() as session:

@@ -5,8 +5,9 @@ The checks run cheapest first, and a refusal stores nothing (no row, no file, no
 1. the assignment exists;
 2. the token: GitHub's OIDC token (``grader.service.oidc``) or a course token (``grader.service.tokens``);
    the student it names is on the assignment's roster, when it has one;
-3. the repository (or course token) has sent fewer than ``limits.per_minute`` in the last minute, and
-   the OIDC token's ``jti`` was never used;
+3. the repository (or course token) has sent fewer than ``limits.per_minute`` in the last minute
+   (counted again when the row is inserted, its rate key held: two pushes at once cannot both take
+   the last place), and the OIDC token's ``jti`` was never used;
 4. the body is a whole git bundle holding the token's commit, read as data by dulwich in a limited
    child process (``grader.gitread.unbundle``), within the size limits, no path in it escaping.
 
@@ -33,7 +34,7 @@ from grader.gitread import WrongTip, unbundle
 from grader.service.config import Assignment, ServiceConfig
 from grader.service.db import QUEUED, Submission
 from grader.service.oidc import Verifier, looks_like_jwt, student_of
-from grader.service.queue import accept, recent
+from grader.service.queue import accept, hold, recent
 from grader.service.refusal import Refused
 from grader.service.tokens import bearer, student_of_token
 
@@ -98,8 +99,8 @@ def receive(
         raise Refused(404, "unknown_assignment", f"there is no assignment {assignment_id!r} on this service")
     with sessions.begin() as session:
         asker = identify(config, verifier, session, assignment, authorization)
-        if recent(session, asker.rate_key, received_at) >= config.per_minute:
-            raise Refused(429, "rate_limited", f"over {config.per_minute} submissions a minute: wait and push again")
+        if recent(session, asker.rate_key, received_at) >= config.per_minute:  # early, before the bundle is read
+            raise _rate_limited(config)
         if asker.jti is not None and session.scalar(select(Submission.id).where(Submission.jti == asker.jti)):
             raise Refused(409, "replayed_token", "this token was used already: each run of the workflow submits once")
     if len(body) > config.body_bytes:
@@ -136,7 +137,10 @@ def receive(
     )
     try:
         with sessions.begin() as session:
+            hold(session, asker.rate_key)
             accept(session, row)
+            if recent(session, asker.rate_key, received_at) > config.per_minute:  # this row counted: see hold
+                raise _rate_limited(config)
             session.expunge(row)
     except IntegrityError:  # the same token raced itself here: the other request won
         shutil.rmtree(final, ignore_errors=True)
@@ -147,3 +151,7 @@ def receive(
         shutil.rmtree(final, ignore_errors=True)
         raise
     return row
+
+
+def _rate_limited(config: ServiceConfig) -> Refused:
+    return Refused(429, "rate_limited", f"over {config.per_minute} submissions a minute: wait and push again")

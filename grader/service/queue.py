@@ -5,7 +5,9 @@ sees one row changed owns the change; so the same code is correct on SQLite (one
 on PostgreSQL (many service processes over one database), with no lock held across a grade.
 
 - **Accept**: the row is inserted, and the student's older rows still ``queued`` are marked
-  ``superseded`` (kept, never graded), in one transaction, before the service answers 202.
+  ``superseded`` (kept, never graded), in one transaction, before the service answers 202; the
+  per-minute limit is counted in that transaction, its rate key held (:func:`hold`), so two requests
+  at once cannot both take the last place.
 - **Claim**: the oldest ``queued`` row, or a ``grading`` row whose lease ran out (its worker died: a
   ``kill -9`` of the service, of a worker, of the machine), becomes this worker's for ``lease_s``.
 - **Heartbeat**: a worker renews the leases of what it grades every third of ``lease_s``.
@@ -19,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from sqlalchemy import ColumnElement, func, or_, select, update
+from sqlalchemy import ColumnElement, func, or_, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.service.db import ERROR, GRADED, GRADING, QUEUED, SUPERSEDED, Submission
@@ -29,6 +31,15 @@ def recent(session: Session, rate_key: str, now: float, window_s: float = 60.0) 
     """Submissions accepted under ``rate_key`` in the last ``window_s`` seconds."""
     query = select(func.count()).where(Submission.rate_key == rate_key, Submission.received_at > now - window_s)
     return int(session.scalar(query) or 0)
+
+
+def hold(session: Session, rate_key: str) -> None:
+    """Until ``session``'s transaction ends, no other transaction holds ``rate_key``: a count of its
+    submissions then an insert are one step.  PostgreSQL: a transaction-scoped advisory lock on the key.
+    SQLite has one writer at a time: the transaction's first write (the insert) takes the database's
+    write lock, and a count after it sees every commit; so there, count after the insert."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": rate_key})
 
 
 def accept(session: Session, row: Submission) -> list[str]:
