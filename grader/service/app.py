@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from grader.service import intake, read
+from grader.service import intake, leftovers, read
 from grader.service.config import ServiceConfig, load_config
 from grader.service.db import connect
 from grader.service.oidc import Verifier
@@ -44,9 +44,11 @@ class Service:
 
 
 def open_service(config: ServiceConfig) -> Service:
-    """The database migrated and the instructor's token read (made on first start)."""
+    """The database migrated, the instructor's token read (made on first start) and what a killed run
+    left in ``state_dir`` swept (``grader.service.leftovers``)."""
     config.state_dir.mkdir(parents=True, exist_ok=True)
     sessions = sessionmaker(connect(config.database), expire_on_commit=False)
+    leftovers.sweep(config, sessions)
     verifier = Verifier(config.oidc) if config.oidc else None
     return Service(config, sessions, verifier, secret_file(config.instructor_token_file))
 
