@@ -111,15 +111,21 @@ def _direct(tree: Path, received_at: str, out: Path) -> dict:
     return json.loads((out / "results.json").read_text())
 
 
+def _configure(root: Path, issuer: Issuer, extra: str) -> tuple[Path, str]:
+    """A service.yaml grading with ``SECRET`` on a free port; its URL."""
+    (root / "secret").write_text(SECRET + "\n")
+    port = _free_port()
+    config = write_config(root, issuer, extra=extra + "secret_file: secret\n")
+    config.write_text(config.read_text().replace("127.0.0.1:0", f"127.0.0.1:{port}"))
+    return config, f"http://127.0.0.1:{port}"
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Iterator[Run]:
     root = tmp_path_factory.mktemp("service")
     issuer = Issuer(root)
-    (root / "secret").write_text(SECRET + "\n")
-    port = _free_port()
-    config = write_config(root, issuer, extra="workers: 1\nlease_s: 3\nsecret_file: secret\n")
-    config.write_text(config.read_text().replace("127.0.0.1:0", f"127.0.0.1:{port}"))
-    url, log = f"http://127.0.0.1:{port}", root / "service.log"
+    config, url = _configure(root, issuer, "workers: 1\nlease_s: 3\n")
+    log = root / "service.log"
     trees = {"bob": ROOT / "reference" / "a5", "alice-1": ROOT / "student_template" / "a5"}
     trees["alice-2"] = trees["bob"]
     shas, bundles = {}, {}
@@ -217,3 +223,31 @@ def test_a_deadline_change_rescores_from_the_cache_and_grades_nobody_again(run):
     assert results["late"]["days_late"] == 3 and results["score"] < old["score"]
     assert results["score"] == pytest.approx(round(old["score"] * 0.7, 2), abs=0.01)
     assert {p.name: p.stat().st_mtime_ns for p in graded.iterdir()} == before  # no grade ran
+
+
+def test_a_service_grading_on_a_dask_cluster_scores_as_its_local_worker(run, tmp_path):
+    """``cluster: local:1``, a Dask cluster as ``grader batch --cluster`` takes it: bob's tree, graded by
+    a Dask worker, gets the score, marks and digest the local worker gave it."""
+    pytest.importorskip("distributed", reason='Dask is an optional extra: pip install "dist-grader[cluster]"')
+    issuer = Issuer(tmp_path)
+    config, url = _configure(tmp_path, issuer, "cluster: local:1\n")
+    repo = tmp_path / "a5-bob"
+    sha = commit_tree(repo, run.trees["bob"])
+    server = Server(config, url, tmp_path / "service.log")
+    try:
+        answer = httpx.post(
+            f"{url}/api/v1/assignments/a5/submissions",
+            content=bundle(repo),
+            headers={"Authorization": f"Bearer {issuer.token('course-org/a5-bob', sha)}"},
+            timeout=60,
+        )
+        assert answer.status_code == 202, answer.text
+        sid = answer.json()["id"]
+        doc = wait_done(url, [sid])[sid]
+    finally:
+        server.stop()
+    assert doc["status"] == "graded", (doc["error"], (tmp_path / "service.log").read_text()[-3000:])
+    served, local = doc["results"], run.graded[run.ids["bob"]]["results"]
+    assert served["score"] == local["score"] == run.direct["score"]
+    assert [(t["id"], t["score"]) for t in served["tasks"]] == [(t["id"], t["score"]) for t in local["tasks"]]
+    assert served["submission"]["digest"] == local["submission"]["digest"]
