@@ -251,3 +251,13 @@ def test_a_service_grading_on_a_dask_cluster_scores_as_its_local_worker(run, tmp
     assert served["score"] == local["score"] == run.direct["score"]
     assert [(t["id"], t["score"]) for t in served["tasks"]] == [(t["id"], t["score"]) for t in local["tasks"]]
     assert served["submission"]["digest"] == local["submission"]["digest"]
+
+
+def test_the_service_logs_each_push_received_once_and_graded_once_through_the_kill(run):
+    log = run.log.read_text()
+    for name in ("bob", "alice-2"):
+        sid, results = run.ids[name], run.graded[run.ids[name]]["results"]
+        assert log.count(f"submission {sid} received: a5/{name.split('-')[0]} commit ") == 1, name
+        assert log.count(f"submission {sid} graded: ") == 1, name
+        assert f"submission {sid} graded: {results['score']}" in log, name
+    assert f"submission {run.ids['alice-1']} graded" not in log  # superseded

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -228,6 +229,21 @@ def test_a_course_token_submits_for_its_student_and_only_its_hash_is_kept(door):
     issued = tokens.issue(door.service.sessions, "a5", ("bob",))
     status, answer = door.post(door.bundle, issued["bob"])
     assert status == 202 and answer["student"] == "bob" and answer["commit"] == door.sha
+
+
+def test_each_push_is_one_log_line_saying_what_became_of_it_and_never_its_token(door, caplog):
+    caplog.set_level(logging.INFO, logger="grader.service")
+    good = door.token("bob")
+    forged = door.issuer.token("course-org/a5-bob", door.sha, key=Issuer.stranger_key())
+    status, answer = door.post(door.bundle, good)
+    assert status == 202
+    assert door.post(door.bundle, forged)[0] == 401
+    lines = [record.getMessage() for record in caplog.records if record.name == "grader.service"]
+    assert lines == [
+        f"submission {answer['id']} received: a5/bob commit {door.sha}",
+        "submission to 'a5' refused: 401 bad_signature",
+    ]
+    assert good not in caplog.text and forged not in caplog.text
 
 
 def test_an_unknown_submission_is_a_json_404(door):

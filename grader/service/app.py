@@ -112,11 +112,16 @@ def create_app(service: Service, engine: Engine | None = None) -> FastAPI:
 
     @app.post("/api/v1/assignments/{assignment}/submissions", status_code=202)
     async def submit(assignment: str, request: Request) -> Any:
-        body = await _body(request, config.body_bytes)
-        authorization = request.headers.get("authorization")
-        row = await run_in_threadpool(
-            intake.receive, config, service.verifier, service.sessions, assignment, authorization, body
-        )
+        try:
+            body = await _body(request, config.body_bytes)
+            authorization = request.headers.get("authorization")
+            row = await run_in_threadpool(
+                intake.receive, config, service.verifier, service.sessions, assignment, authorization, body
+            )
+        except Refused as refused:  # the reason's code, never the token
+            log.info("submission to %r refused: %d %s", assignment, refused.status, refused.code)
+            raise
+        log.info("submission %s received: %s/%s commit %s", row.id, row.assignment, row.student, row.commit)
         return JSONResponse(read.accepted(row), status_code=202)
 
     @app.get("/api/v1/assignments/{assignment}/submissions")

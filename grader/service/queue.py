@@ -18,6 +18,7 @@ on PostgreSQL (many service processes over one database), with no lock held acro
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
 
@@ -25,6 +26,8 @@ from sqlalchemy import ColumnElement, func, or_, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.service.db import ERROR, GRADED, GRADING, QUEUED, SUPERSEDED, Submission
+
+log = logging.getLogger("grader.service")
 
 
 def recent(session: Session, rate_key: str, now: float, window_s: float = 60.0) -> int:
@@ -120,7 +123,12 @@ def finish(
             .values(**values, graded_at=time.time(), lease_owner=None, lease_until=None)
             .execution_options(synchronize_session=False)
         )
-        return changed.rowcount == 1  # type: ignore[attr-defined]
+    recorded = bool(changed.rowcount == 1)  # type: ignore[attr-defined]
+    if recorded and error:
+        log.info("submission %s graded: error: %.200r", sid, (error.strip().splitlines() or [""])[-1])
+    elif recorded:
+        log.info("submission %s graded: %s/%s", sid, score, max_score)
+    return recorded
 
 
 def release(sessions: sessionmaker[Session], sid: str, owner: str) -> None:
