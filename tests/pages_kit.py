@@ -4,7 +4,7 @@
 report in the submission's folder) from real results documents (tests/fixtures/results/graded.json with
 its case verdicts and scores varied), without running a grading.  ``serving`` runs the real app
 (``grader.service.app.create_app``, no engine: nothing grades, so a regrade stays queued) under uvicorn
-on 127.0.0.1 in a thread.
+on 127.0.0.1 in a thread; ``chromium`` is Debian's browser under Debian's chromedriver, headless.
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ import copy
 import json
 import random
 import secrets
+import shutil
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from grader.render.student_report import render_student_report
 from grader.results import GradeResult
@@ -166,3 +168,25 @@ def serving(service: Service) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+def chromium() -> Any:
+    """Debian's Chromium, headless, driven by Debian's chromedriver (Selenium), its console logged; None
+    when chromedriver is not installed (scripts/install-chromium.sh installs both)."""
+    from selenium import webdriver
+
+    driver_path = shutil.which("chromedriver")
+    if driver_path is None:
+        return None
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--window-size=1280,1000",
+        "--disable-dev-shm-usage",
+    ):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver_path))

@@ -75,3 +75,26 @@ def test_a_wrong_or_absent_token_is_refused_and_reveals_nothing(course):
         assert not any(sid in answer.text for sid in everyone) and "ada" not in answer.text
     unknown = client.get("/api/v1/assignments/nope/submissions", headers={"Authorization": f"Bearer {issued['ada']}"})
     assert unknown.status_code == 404
+
+
+def test_the_page_lists_them_and_keeps_the_token_in_no_address_or_cookie(course):
+    client, ids, issued = course
+    form = client.get("/s")
+    assert form.status_code == 200 and 'action="/s"' in form.text and 'method="post"' in form.text
+    page = client.post("/s", data={"assignment": ASSIGNMENT, "token": issued["ada"]})
+    assert page.status_code == 200 and "set-cookie" not in page.headers
+    assert page.headers["cache-control"] == "no-store" and issued["ada"] not in page.text
+    assert all(f'href="/s/{sid}"' in page.text for sid in ids["ada"])
+    assert not any(sid in page.text for who, mine in ids.items() if who != "ada" for sid in mine)
+    wrong = client.post("/s", data={"assignment": ASSIGNMENT, "token": "gst_wrong"})
+    assert wrong.status_code == 401 and "not one this service issued" in wrong.text
+    assert not any(sid in wrong.text for mine in ids.values() for sid in mine)
+    assert client.post("/s", data={"assignment": ASSIGNMENT}).status_code == 401
+
+
+def test_the_page_escapes_the_students_name(course):
+    client, ids, issued = course
+    page = client.post("/s", data={"assignment": ASSIGNMENT, "token": issued[HOSTILE]}).text
+    assert "<script>window" not in page and "<img" not in page
+    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;&#34;&gt;&lt;img" in page
+    assert all(f'href="/s/{sid}"' in page for sid in ids[HOSTILE])

@@ -11,8 +11,8 @@ sniffing, no referrer.  A student's report (static HTML with inline CSS, no scri
 :data:`REPORT_POLICY`: styles only, sandboxed, framed by the service's own pages alone.
 
 Live updates are short polling by ``static/pages.js``: a page's ``data-version-url`` answers a
-version string a second; when it moves, the script fetches the page again and swaps its
-``data-live`` parts, so a grade that lands shows within about a second, with no reload.
+version string every :data:`LIVE_POLL_MS`; when it moves, the script fetches the page again and swaps
+its ``data-live`` parts, so a grade that lands shows within that and one page's fetch, with no reload.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from grader.render import fmt_points
 from grader.render.class_report import class_shape
 from grader.render.html_kit import CSS
 from grader.service import read
-from grader.service.pages import auth, data
+from grader.service.pages import auth, data, mine
 from grader.service.refusal import Refused
 
 HERE = Path(__file__).resolve().parent
@@ -43,6 +43,7 @@ PAGE_POLICY = (
 )
 REPORT_POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'self'; sandbox"
 FORM_BYTES = 64 << 10
+LIVE_POLL_MS = 1000  # an open page's poll (body's data-poll-ms): a landed grade shows within it plus a fetch
 
 
 def _when(epoch: float | None) -> str:
@@ -69,6 +70,7 @@ def _environment() -> Environment:
     env.filters["seconds"] = _seconds
     env.filters["part"] = lambda value: quote(str(value), safe="")
     env.filters["query"] = lambda values: urlencode(values)
+    env.globals["live_poll_ms"] = LIVE_POLL_MS
     return env
 
 
@@ -294,6 +296,7 @@ def router(pages: Pages) -> APIRouter:
         row = read.find(pages.service.sessions, sid)
         return FileResponse(read.report(config, row), media_type="text/html; charset=utf-8")
 
+    routes.include_router(mine.router(pages, form))
     return routes
 
 

@@ -1,11 +1,13 @@
-// Live updates for the service's pages: poll the page's version URL each second; when it moves, fetch the
-// page again and swap in its parts marked data-live (the server rendered and escaped them; the filter form
-// is outside them, so what an instructor types stays). No inline script: the CSP is script-src 'self'.
+// Live updates for the service's pages: poll the page's version URL every data-poll-ms milliseconds (the
+// server's LIVE_POLL_MS, grader/service/pages/__init__.py); when it moves, fetch the page again and swap in
+// its parts marked data-live (the server rendered and escaped them; the filter form is outside them, so what
+// an instructor types stays). No inline script: the CSP is script-src 'self'.
 "use strict";
 (function () {
   const body = document.body;
   const url = body.dataset.versionUrl;
-  if (!url) {
+  const every = Number(body.dataset.pollMs);
+  if (!url || !(every > 0)) {
     return;
   }
   let current = body.dataset.version;
@@ -47,5 +49,5 @@
     }
   }
 
-  window.setInterval(tick, 1000);
+  window.setInterval(tick, every);
 })();
