@@ -155,7 +155,7 @@ def add_service_commands(sub: Any) -> None:
 
 def add_submit_command(sub: Any) -> None:
     """``grader submit [DIR] --server URL --assignment ID``: HEAD to the grading service (``grader.submit``)."""
-    from grader.submit import WAIT_S
+    from grader.submit import TOKEN_ENV, WAIT_S
 
     submit = sub.add_parser("submit", help="hand HEAD to the course's grading service and show the grade of record")
     submit.add_argument("dir", nargs="?", default=".", help="a directory of the git repository (default: .)")
@@ -163,6 +163,9 @@ def add_submit_command(sub: Any) -> None:
     submit.add_argument("--assignment", required=True, help="the assignment's id in the service's config")
     submit.add_argument("--out", type=Path, default=None, help="write results.json, summary.md, ... here")
     submit.add_argument("--no-wait", action="store_true", help="print the submission's page and exit once queued")
+    submit.add_argument(
+        "--list", action="store_true", help=f"list your submissions of the assignment (needs {TOKEN_ENV}) and exit"
+    )
     submit.add_argument(
         "--audience", default=None, help="the OIDC audience asked of GitHub Actions (default: --server as given)"
     )

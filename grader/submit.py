@@ -13,6 +13,9 @@ It runs on a student's machine with the base install, so it speaks HTTP with the
    the results document as ``grader grade`` does: the same table, the same ``--out`` files.
 
 Every failure is one line, ``your push was not graded: <reason>`` (exit 1), never a traceback.
+
+``grader submit --list`` sends nothing: with ``GRADER_SUBMIT_TOKEN`` it lists the student's submissions
+of the assignment, newest first, each with its page (``GET /api/v1/assignments/{id}/submissions``).
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ class Receipt:
 def main(args: argparse.Namespace) -> int:
     """``grader submit``: 0 once graded (whatever the score), 1 when not graded, 2 on a grader error."""
     server = args.server.rstrip("/")
+    if args.list:
+        return list_own(server, args.assignment, os.environ.get(TOKEN_ENV, "").strip())
     bundle, head = bundle_head(Path(args.dir))
     token = submit_token(os.environ, args.audience or args.server)
     receipt = post_bundle(server, args.assignment, bundle, token)
@@ -85,6 +90,37 @@ def main(args: argparse.Namespace) -> int:
     show(result, args.out, student=submission.get("student"))
     print(receipt.page)
     return 0 if result.status == "graded" else 2
+
+
+def list_own(server: str, assignment: str, token: str) -> int:
+    """``--list``: one line per submission of the token's student, newest first: received, status, score
+    and the page.  Only a course token lists (GitHub's job tokens are for one push)."""
+    from grader.render import fmt_points
+
+    if not token:
+        raise UserError(f"cannot list your submissions: set {TOKEN_ENV} to the token your course gave you")
+    url = f"{server}/api/v1/assignments/{urllib.parse.quote(assignment, safe='')}/submissions"
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        answer = _json_answer(request, "the grading service")
+        rows = [
+            (str(s["received_at"]), str(s["status"]), _number(s["score"]), _number(s["max_score"]), str(s["page"]))
+            for s in answer["submissions"]
+        ]
+    except NotGraded as exc:
+        raise UserError(f"cannot list your submissions: {exc.reason}") from None
+    except (KeyError, TypeError, ValueError):
+        raise UserError("cannot list your submissions: the service answered without a list") from None
+    if not rows:
+        print(f"no submissions to {assignment} yet")
+    for received, status, score, most, page in rows:
+        points = f"{fmt_points(score)}/{fmt_points(most)}" if score is not None and most else "-"
+        print(f"{received:22s} {status:11s} {points:>11s}  {urllib.parse.urljoin(server + '/', page)}")
+    return 0
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _results(document: Any) -> GradeResult | None:

@@ -13,10 +13,11 @@ import pytest
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
+from grader import cli, submit
 from grader.service import tokens
 from grader.service.app import create_app
 from grader.service.db import QUEUED
-from tests.pages_kit import ASSIGNMENT, add_cases, fixture, open_seeded, variant
+from tests.pages_kit import ASSIGNMENT, add_cases, fixture, open_seeded, serving, variant
 
 HOSTILE = '<script>window.__pwned=1</script>"><img src=x onerror=alert(1)>'
 STUDENTS = ("ada", "grace", HOSTILE)
@@ -37,7 +38,7 @@ def course(tmp_path_factory):
     }
     ids["ada"].append(seeder.add("ada", None, received=start + 600, status=QUEUED))
     issued = tokens.issue(service.sessions, ASSIGNMENT, STUDENTS)
-    return TestClient(create_app(service), follow_redirects=False), ids, issued
+    return TestClient(create_app(service), follow_redirects=False), ids, issued, service
 
 
 def listed(client: TestClient, token: str) -> dict:
@@ -47,7 +48,7 @@ def listed(client: TestClient, token: str) -> dict:
 
 
 def test_a_token_lists_its_students_own_submissions_newest_first(course):
-    client, ids, issued = course
+    client, ids, issued, _ = course
     mine = listed(client, issued["ada"])
     assert mine["student"] == "ada" and mine["assignment"] == ASSIGNMENT
     assert [s["id"] for s in mine["submissions"]] == ids["ada"][::-1]
@@ -58,7 +59,7 @@ def test_a_token_lists_its_students_own_submissions_newest_first(course):
 
 
 def test_another_students_token_sees_only_theirs(course):
-    client, ids, issued = course
+    client, ids, issued, _ = course
     for student in ("grace", HOSTILE):
         answer = client.get(API, headers={"Authorization": f"Bearer {issued[student]}"})
         assert [s["id"] for s in answer.json()["submissions"]] == ids[student][::-1]
@@ -67,7 +68,7 @@ def test_another_students_token_sees_only_theirs(course):
 
 
 def test_a_wrong_or_absent_token_is_refused_and_reveals_nothing(course):
-    client, ids, issued = course
+    client, ids, issued, _ = course
     everyone = [sid for mine in ids.values() for sid in mine]
     for headers in ({}, {"Authorization": "Bearer gst_wrong"}, {"Authorization": f"Basic {issued['ada']}"}):
         answer = client.get(API, headers=headers)
@@ -78,7 +79,7 @@ def test_a_wrong_or_absent_token_is_refused_and_reveals_nothing(course):
 
 
 def test_the_page_lists_them_and_keeps_the_token_in_no_address_or_cookie(course):
-    client, ids, issued = course
+    client, ids, issued, _ = course
     form = client.get("/s")
     assert form.status_code == 200 and 'action="/s"' in form.text and 'method="post"' in form.text
     page = client.post("/s", data={"assignment": ASSIGNMENT, "token": issued["ada"]})
@@ -93,8 +94,24 @@ def test_the_page_lists_them_and_keeps_the_token_in_no_address_or_cookie(course)
 
 
 def test_the_page_escapes_the_students_name(course):
-    client, ids, issued = course
+    client, ids, issued, _ = course
     page = client.post("/s", data={"assignment": ASSIGNMENT, "token": issued[HOSTILE]}).text
     assert "<script>window" not in page and "<img" not in page
     assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;&#34;&gt;&lt;img" in page
     assert all(f'href="/s/{sid}"' in page for sid in ids[HOSTILE])
+
+
+def test_grader_submit_list_prints_the_students_own_pages(course, capsys, monkeypatch):
+    _, ids, issued, service = course
+    command = ["submit", "--list", "--assignment", ASSIGNMENT, "--server"]
+    with serving(service) as url:
+        monkeypatch.setenv(submit.TOKEN_ENV, issued["grace"])
+        assert cli.main([*command, url]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert [line.split()[-1] for line in lines] == [f"{url}/s/{sid}" for sid in ids["grace"][::-1]]
+        assert all(line.split()[1] == "graded" and "/" in line.split()[2] for line in lines)
+        for token in ("", "gst_wrong"):
+            monkeypatch.setenv(submit.TOKEN_ENV, token)
+            assert cli.main([*command, url]) == 1
+            answer = capsys.readouterr()
+            assert "cannot list your submissions" in answer.err and answer.out == ""
