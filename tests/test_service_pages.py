@@ -24,6 +24,7 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("selenium.webdriver")
 from selenium.common.exceptions import TimeoutException
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
@@ -334,9 +335,9 @@ def tab_through(driver, presses: int) -> list:
     reached = []
     body = driver.find_element(By.TAG_NAME, "body")
     body.send_keys(Keys.TAB)
-    for _ in range(presses):
+    for _ in range(presses):  # the keyboard's Tab: an element's send_keys types a path into a file input
         reached.append(driver.switch_to.active_element)
-        driver.switch_to.active_element.send_keys(Keys.TAB)
+        ActionChains(driver).send_keys(Keys.TAB).perform()
     return reached
 
 
