@@ -5,7 +5,8 @@ results documents (tests/pages_kit.py), among them an injection corpus: student 
 messages and notes carrying ``<script>``, ``"><img onerror=...>``, ``javascript:`` links, an RTL
 override and 10,000-character lines.  Every page is opened with no console error and no script of the
 corpus run; the class is filtered and sorted, a history opened, a student regraded from the keyboard,
-and a grade that lands shows on the open page without a reload.
+a student lists their own submissions with their course token, and a grade that lands shows on the
+open page without a reload (how soon is scripts/bench-pages.py's to time, not a test's).
 
 ``GRADER_DOCS_SCREENSHOT=1`` saves the class page and a history as docs/_static/service-class.png and
 docs/_static/service-history.png (as tests/test_html_reports.py saves the student report's).
