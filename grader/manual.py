@@ -60,7 +60,7 @@ def _load_csv(path: Path) -> dict[str, ManualScores]:
         entry = out.setdefault(student, ManualScores())
         if item in entry.scores:
             raise UserError(f"{path}:{lineno}: a second score for {student} / {item}")
-        entry.scores[item] = _points(points, f"{path}:{lineno}")
+        entry.scores[item] = parse_points(points, f"{path}:{lineno}")
         if len(cells) == 4 and cells[3]:
             entry.comments[item] = cells[3]
     return out
@@ -87,15 +87,15 @@ def _load_yaml(path: Path) -> dict[str, ManualScores]:
             if isinstance(value, dict):
                 if "points" not in value:
                     raise UserError(f"{where} / {item}: a mapping needs 'points'")
-                entry.scores[str(item)] = _points(value["points"], f"{where} / {item}")
+                entry.scores[str(item)] = parse_points(value["points"], f"{where} / {item}")
                 if value.get("comment"):
                     entry.comments[str(item)] = str(value["comment"])
             else:
-                entry.scores[str(item)] = _points(value, f"{where} / {item}")
+                entry.scores[str(item)] = parse_points(value, f"{where} / {item}")
     return out
 
 
-def _points(value: Any, where: str) -> float:
+def parse_points(value: Any, where: str) -> float:
     try:
         points = float(value)
     except (TypeError, ValueError, OverflowError):

@@ -9,6 +9,7 @@ total.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,6 +58,30 @@ def _in_words(rubric: Rubric, root: Path) -> dict[str, str]:
     return found
 
 
+def scorable(rubric: Rubric, in_words: Collection[str] = ()) -> dict[str, Item]:
+    """The items a manual score may set, by id: deliverable, written and manual items, and the cases
+    items ``in_words`` (code answered in words, :func:`_in_words`)."""
+    return {
+        item.id: item
+        for item in rubric.items()
+        if isinstance(item.scoring, DeliverableScoring | WrittenScoring | ManualScoring) or item.id in in_words
+    }
+
+
+def check_manual(items: dict[str, Item], manual: ManualScores) -> ManualScores:
+    """The manual-score contract: only ``items`` (:func:`scorable`), each within 0..its points.  A typo
+    must not silently leave an item at its automatic score.  The batch's file and the service's pages
+    are checked here alike."""
+    for item_id, points in manual.scores.items():
+        if item_id not in items:
+            raise UserError(
+                f"manual score for {item_id!r}: not a deliverable, written or manual item, nor code answered in words"
+            )
+        if not 0 <= points <= items[item_id].points:
+            raise UserError(f"manual score for {item_id}: {points:g} is outside 0..{items[item_id].points:g}")
+    return manual
+
+
 class ManualItems:
     """The items of one grading a person scores, with the instructor's scores for them."""
 
@@ -64,25 +89,7 @@ class ManualItems:
         self.rubric = rubric
         self.root = root  # the submission's files: the deliverables
         self.in_words = _in_words(rubric, root)  # item id -> the words an instructor reads instead of code
-        self.manual = self._checked(manual)
-
-    def _checked(self, manual: ManualScores) -> ManualScores:
-        """The manual-score contract: only deliverable, written and manual items, within 0..max.  A
-        typo must not silently leave an item at its automatic score."""
-        scorable = {
-            item.id: item
-            for item in self.rubric.items()
-            if isinstance(item.scoring, DeliverableScoring | WrittenScoring | ManualScoring) or item.id in self.in_words
-        }
-        for item_id, points in manual.scores.items():
-            if item_id not in scorable:
-                raise UserError(
-                    f"manual score for {item_id!r}: not a deliverable, written or manual item, "
-                    "nor code answered in words"
-                )
-            if not 0 <= points <= scorable[item_id].points:
-                raise UserError(f"manual score for {item_id}: {points:g} is outside 0..{scorable[item_id].points:g}")
-        return manual
+        self.manual = check_manual(scorable(rubric, self.in_words), manual)
 
     def read_by_instructor(self, item: Item, result: ItemResult) -> None:
         """Code asked for and words given: the item waits for an instructor, who reads them here."""

@@ -36,13 +36,14 @@ from grader.batch.roster import Student
 from grader.batch.workers import GRADED_DIR, Grader, load_outcome, warm
 from grader.errors import UserError
 from grader.gradebook import GRADED as OUTCOME_GRADED
+from grader.manual import ManualScores
 from grader.pack import load_pack
 from grader.rescore import rescore
 from grader.results import GradeResult
 from grader.seal import Untrusted, load_key, open_sealed
 from grader.service import queue
 from grader.service.config import Assignment, ServiceConfig
-from grader.service.db import GRADED, QUEUED, ScoredUnder, Submission
+from grader.service.db import GRADED, QUEUED, ManualScore, ScoredUnder, Submission
 from grader.service.intake import repo_path
 from grader.service.tokens import secret_file
 
@@ -55,6 +56,75 @@ IDLE_POLL_S = 0.5  # an idle worker looks at the queue again after this long
 def submission_dir(config: ServiceConfig, assignment: str, sid: str) -> Path:
     """A submission's grading (``graded/``) and the grade of record's files: results.json, report.html."""
     return config.state_dir / "assignments" / assignment / "submissions" / sid
+
+
+#: held while a grading of the assignment is scored and recorded (by a worker, a page's manual score or
+#: rescore): a rescore of the class never misses a grading a worker scored under the rubric it replaces
+_scoring_locks: dict[str, threading.Lock] = {}
+_locks_lock = threading.Lock()
+
+
+def scoring_lock(assignment: str) -> threading.Lock:
+    with _locks_lock:
+        return _scoring_locks.setdefault(assignment, threading.Lock())
+
+
+def manual_scores(session: Session, assignment: str, student: str) -> ManualScores:
+    """The student's manual scores as the service keeps them (``grader.service.db.ManualScore``)."""
+    manual = ManualScores()
+    for entry in session.scalars(
+        select(ManualScore).where(ManualScore.assignment == assignment, ManualScore.student == student)
+    ):
+        manual.scores[entry.item] = entry.points
+        if entry.comment:
+            manual.comments[entry.item] = entry.comment
+    return manual
+
+
+def score_grading(
+    config: ServiceConfig, key: bytes, assignment: Assignment, row: Submission, manual: ManualScores
+) -> GradeResult:
+    """Score the cached grading of ``row`` under the assignment's scoring now and ``manual`` scores, and
+    write the grade of record.
+
+    The grading is read once through its seal into a private copy (``grader.seal.open_sealed``), as
+    the batch reads a student's, and scored from that copy: a file of ``state_dir`` changed since the
+    grade (:class:`Untrusted`) is never scored; nor is a manual score outside its item's contract
+    (a :class:`UserError`, nothing written)."""
+    here = submission_dir(config, row.assignment, row.id)
+    diagram = load_pack(assignment.rubric.assignment.pack).diagram
+    with tempfile.TemporaryDirectory(prefix="grader-service-") as tmp:
+        copy = Path(tmp)
+        open_sealed(here, GRADED_DIR, key, copy)
+        result = rescore(copy / GRADED_DIR, assignment.rubric, manual)
+        write_student(result, here, row.student, diagram, copy / GRADED_DIR / "junit.xml")
+    return result
+
+
+def rescore_class(config: ServiceConfig, sessions: sessionmaker[Session], key: bytes, assignment: Assignment) -> int:
+    """Every graded submission of ``assignment`` scored again from its cached grading under its scoring
+    now, and that scoring recorded (``ScoredUnder``): nobody is graded again.  A grading that cannot be
+    rescored (made under another matrix, or its seal broken) goes back to the queue.  How many were
+    rescored."""
+    with scoring_lock(assignment.id), sessions.begin() as session:
+        rows = session.scalars(
+            select(Submission).where(Submission.assignment == assignment.id, Submission.status == GRADED)
+        ).all()
+        rescored = 0
+        for row in rows:
+            try:
+                manual = manual_scores(session, row.assignment, row.student)
+                result = score_grading(config, key, assignment, row, manual)
+            except (UserError, Untrusted) as exc:  # graded again
+                log.warning("%s: %s", row.id, exc)
+                row.status, row.score, row.max_score = QUEUED, None, None
+                continue
+            row.score, row.max_score = result.score, result.max_score
+            rescored += 1
+        session.merge(ScoredUnder(assignment=assignment.id, digest=assignment.scoring_digest))
+    if rows:
+        log.info("%s: %d gradings rescored from the cache", assignment.id, rescored)
+    return rescored
 
 
 def iso(epoch: float) -> str:
@@ -86,7 +156,6 @@ class Engine:
                 salt=salt,
                 seal_key=key,
             )
-        self.diagrams = {a.id: load_pack(a.rubric.assignment.pack).diagram for a in config.assignments.values()}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._claimed: set[str] = set()
@@ -185,8 +254,7 @@ class Engine:
         self.graders[row.assignment].process(student)
         if self._stop.is_set():
             raise KeyboardInterrupt
-        here = submission_dir(self.config, row.assignment, row.id)
-        outcome = load_outcome(here)
+        outcome = load_outcome(submission_dir(self.config, row.assignment, row.id))
         if outcome.status != OUTCOME_GRADED:
             killed = outcome.returncode is not None and outcome.returncode < 0
             if killed and row.attempts < MAX_ATTEMPTS:
@@ -195,42 +263,24 @@ class Engine:
             else:
                 queue.finish(self.sessions, row.id, self.owner, error=outcome.message or outcome.status)
             return
-        result = self.write(assignment, row, here)
-        queue.finish(self.sessions, row.id, self.owner, score=result.score, max_score=result.max_score)
-
-    def write(self, assignment: Assignment, row: Submission, here: Path) -> GradeResult:
-        """Score the cached grading under the assignment's scoring now and write the grade of record.
-
-        The grading is read once through its seal into a private copy (``grader.seal.open_sealed``), as
-        the batch reads a student's, and scored from that copy: a file of ``state_dir`` changed since the
-        grade (:class:`Untrusted`) is never scored."""
-        with tempfile.TemporaryDirectory(prefix="grader-service-") as tmp:
-            copy = Path(tmp)
-            open_sealed(here, GRADED_DIR, self.key, copy)
-            result = rescore(copy / GRADED_DIR, assignment.rubric)
-            write_student(result, here, row.student, self.diagrams[assignment.id], copy / GRADED_DIR / "junit.xml")
-        return result
+        with scoring_lock(row.assignment):  # the scoring now: a page's rescore may have replaced the rubric
+            assignment = self.config.assignments[row.assignment]
+            with self.sessions.begin() as session:
+                manual = manual_scores(session, row.assignment, row.student)
+            try:
+                result = score_grading(self.config, self.key, assignment, row, manual)
+            except UserError:  # a manual score the rubric no longer takes: the automatic score, said in the log
+                log.warning("%s: %s's manual scores no longer fit the rubric: scored without them", row.id, row.student)
+                result = score_grading(self.config, self.key, assignment, row, ManualScores())
+            queue.finish(self.sessions, row.id, self.owner, score=result.score, max_score=result.max_score)
 
     def rescore_stale(self) -> None:
         """Every graded submission of an assignment whose rubric points, weights, deadline or late policy
-        changed since its files were written is scored again from its cached grading: nobody is graded
-        again.  A rubric whose matrix part changed cannot be rescored: those go back to the queue."""
+        changed since its files were written is scored again from its cached grading (``rescore_class``,
+        also a page's action): nobody is graded again.  A rubric whose matrix part changed cannot be
+        rescored: those go back to the queue."""
         for assignment in self.config.assignments.values():
             with self.sessions.begin() as session:
                 seen = session.get(ScoredUnder, assignment.id)
-                if seen is not None and seen.digest == assignment.scoring_digest:
-                    continue
-                rows = session.scalars(
-                    select(Submission).where(Submission.assignment == assignment.id, Submission.status == GRADED)
-                ).all()
-                for row in rows:
-                    try:
-                        result = self.write(assignment, row, submission_dir(self.config, row.assignment, row.id))
-                    except (UserError, Untrusted) as exc:  # graded again
-                        log.warning("%s: %s", row.id, exc)
-                        row.status, row.score, row.max_score = QUEUED, None, None
-                        continue
-                    row.score, row.max_score = result.score, result.max_score
-                session.merge(ScoredUnder(assignment=assignment.id, digest=assignment.scoring_digest))
-            if rows:
-                log.info("%s: %d gradings rescored from the cache", assignment.id, len(rows))
+            if seen is None or seen.digest != assignment.scoring_digest:
+                rescore_class(self.config, self.sessions, self.key, assignment)

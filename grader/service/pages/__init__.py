@@ -31,8 +31,9 @@ from starlette.concurrency import run_in_threadpool
 from grader.render import fmt_points
 from grader.render.class_report import class_shape
 from grader.render.html_kit import CSS
+from grader.service import actions as changes
 from grader.service import read
-from grader.service.pages import auth, data, mine
+from grader.service.pages import actions, auth, data, mine
 from grader.service.refusal import Refused
 
 HERE = Path(__file__).resolve().parent
@@ -84,6 +85,7 @@ class Pages:
         self.cache = data.ResultCache(service.config)
         self.env = _environment()
         self._shapes: dict[str, tuple[str, str]] = {}  # assignment -> (key, html)
+        self.similarity = changes.SimilarityRuns()  # each assignment's latest similarity check
 
     def render(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         return HTMLResponse(self.env.get_template(name).render(**context), status_code=status)
@@ -249,6 +251,7 @@ def router(pages: Pages) -> APIRouter:
             student=student,
             pushes=pushes,
             chart=_chart(pushes),
+            manual=changes.manual_form(pages.service.sessions, config, assignment, student),
             version=data.version(pages.service.sessions, aid),
             here=request.url.path,
         )
@@ -296,6 +299,7 @@ def router(pages: Pages) -> APIRouter:
         row = read.find(pages.service.sessions, sid)
         return FileResponse(read.report(config, row), media_type="text/html; charset=utf-8")
 
+    actions.add_routes(routes, pages, actions.Guard(session_of, checked_post, to_login, assignment_or_404))
     routes.include_router(mine.router(pages, form))
     return routes
 
