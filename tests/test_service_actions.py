@@ -333,6 +333,9 @@ def test_a_rescore_and_the_similarity_report_from_the_class_page(site, browser):
     text = browser.find_element(By.TAG_NAME, "body").get_attribute("textContent")
     assert "amy" in text and "bob" in text
     assert_clean(browser)
+    open_page(browser, f"{url}/assignments/{A5}?flag=similarity")  # the pair, flagged on the class page
+    flagged = browser.find_elements(By.CSS_SELECTOR, "#class-table tbody tr[data-student]")
+    assert sorted(tr.get_attribute("data-student") for tr in flagged) == ["amy", "bob"]
 
 
 def test_a_manual_file_uploaded_in_the_browser_scores_the_class(site, browser, course, tmp_path):  # noqa: F811

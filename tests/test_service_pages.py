@@ -14,6 +14,7 @@ docs/_static/service-history.png (as tests/test_html_reports.py saves the studen
 
 from __future__ import annotations
 
+import csv
 import os
 import random
 import subprocess
@@ -314,6 +315,31 @@ def test_a_student_lists_their_own_submissions_with_their_token(site, browser):
         }
     browser.find_element(By.LINK_TEXT, "open").click()
     WebDriverWait(browser, 20).until(lambda d: d.current_url.endswith(f"/s/{ids[HOSTILE_NAMES[-1]][1]}"))
+    assert_clean(browser)
+
+
+def test_the_actions_pages_render_the_injection_corpus_inertly(site, browser, tmp_path):
+    """The similarity report (the seeded class has no repositories: every student is a note by name) and a
+    refused manual-scores upload naming every hostile student (their seeded gradings carry no seal)."""
+    url, _, _, _ = site
+    open_page(browser, f"{url}/assignments/{ASSIGNMENT}/similarity")
+    browser.find_element(By.XPATH, "//button[normalize-space()='Run the similarity check again']").send_keys(Keys.ENTER)
+    state = "const shown = document.querySelector('[data-field=state]'); return shown && shown.textContent"
+    WebDriverWait(browser, 120).until(lambda d: d.execute_script(state) in ("ready", "failed"))  # live or loaded
+    assert browser.execute_script(state) == "ready"
+    assert_clean(browser)
+    open_page(browser, f"{url}/assignments/{ASSIGNMENT}/similarity/report.html")
+    text = browser.find_element(By.TAG_NAME, "body").get_attribute("textContent")
+    assert all(name in text for name in HOSTILE_NAMES)
+    upload = tmp_path / "scores.csv"
+    with upload.open("w", newline="") as fh:
+        csv.writer(fh).writerows([name, "task1.diagram", "1", HOSTILE_MESSAGE] for name in HOSTILE_NAMES)
+    open_page(browser, f"{url}/assignments/{ASSIGNMENT}/manual-upload")
+    browser.find_element(By.ID, "manual-file").send_keys(str(upload))
+    browser.find_element(By.XPATH, "//button[normalize-space()='Upload manual scores']").send_keys(Keys.ENTER)
+    WebDriverWait(browser, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, "pre.message"))
+    message = browser.find_element(By.CSS_SELECTOR, "pre.message").get_attribute("textContent")
+    assert message.startswith("no manual score was changed") and all(name in message for name in HOSTILE_NAMES)
     assert_clean(browser)
 
 

@@ -215,7 +215,8 @@ def router(pages: Pages) -> APIRouter:
             return to_login(request)
         assignment = assignment_or_404(aid)
         filters = data.Filters.parse(dict(request.query_params))
-        view = data.class_view(pages.service.sessions, pages.cache, aid, assignment.roster or (), filters)
+        similar = {student: "similarity" for student in pages.similarity.state(aid).nearest}
+        view = data.class_view(pages.service.sessions, pages.cache, aid, assignment.roster or (), filters, similar)
         return pages.render(
             "class.html",
             session=session,

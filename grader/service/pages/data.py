@@ -15,7 +15,7 @@ import math
 import statistics
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,8 +147,10 @@ def class_view(
     assignment: str,
     roster: Sequence[str],
     filters: Filters,
+    also: Mapping[str, str] | None = None,
 ) -> ClassView:
-    """The class table's rows for ``filters``, and every latest graded result (the class's shape)."""
+    """The class table's rows for ``filters``, and every latest graded result (the class's shape);
+    ``also``: a flag more for some students (the similarity check's), student -> flag."""
     with sessions.begin() as session:
         latest = _latest(session, assignment, None)
         graded = _latest(session, assignment, GRADED)
@@ -177,6 +179,8 @@ def class_view(
             flags, late = doc.flags, doc.late
         if last.status == ERROR:
             flags = (*flags, "grader_error")
+        if also and student in also:
+            flags = (*flags, also[student])
         rows.append(
             ClassRow(
                 student,
