@@ -310,6 +310,19 @@ def test_the_documented_example_configuration_loads():
     assert config.state_dir == ROOT / "service-state"
 
 
+def test_workers_grading_side_by_side_each_get_their_share_of_the_machine(tmp_path):
+    """``workers: 3`` grade three submissions at once, whatever their assignment: each grade is told so
+    (``grader.sandbox.shares``), as ``grader batch --jobs 3`` tells its grades, and its memory group is a
+    third of the machine; told it was alone, each could take the whole machine and the out-of-memory
+    killer could end a neighbour's grade."""
+    from grader.service.workers import Engine
+
+    issuer = Issuer(tmp_path)
+    config = load_config(write_config(tmp_path, issuer, extra="workers: 3\n"))
+    engine = Engine(config, open_service(config).sessions)
+    assert [grader.jobs for grader in engine.graders.values()] == [3]
+
+
 def test_a_grade_killed_under_its_worker_waits_again_charged_nothing_then_is_an_error(tmp_path, monkeypatch):
     """``kill -9`` of a worker's grade: the grade process dies by a signal (the batch's ``run`` answers
     its exit status, -9), the submission goes back to the queue; only a grade killed at every try

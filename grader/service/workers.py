@@ -156,6 +156,9 @@ class Engine:
                 salt=salt,
                 seal_key=key,
             )
+            # every assignment's grades share the workers: each grading's memory share is its part of the
+            # machine, as grader batch --jobs gives it (grader.sandbox.shares)
+            self.graders[assignment.id].jobs = config.workers
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._claimed: set[str] = set()
@@ -199,6 +202,7 @@ class Engine:
                         local.students_dir, local.rubric, local.command, local.options, local.timeout, False,
                         rubric_file=local.rubric_file, salt=local.salt, seal_key=local.seal_key,
                         client=client, send=spec.kind == "scheduler", warm=True,
+                        machine_jobs=spec.workers if spec.kind == "local" else 1,  # as the batch's
                     )  # fmt: skip
                 yield
             return
