@@ -9,6 +9,7 @@ the database (``ManualScore``) and the rubric the service scores under now.
 
 from __future__ import annotations
 
+import csv
 import logging
 import tempfile
 import threading
@@ -39,6 +40,7 @@ from grader.service.workers import (
     scoring_lock,
     submission_dir,
 )
+from grader.similarity.check import CSV_NAME
 
 log = logging.getLogger("grader.service")
 
@@ -255,22 +257,42 @@ def similarity_dir(config: ServiceConfig, assignment: str) -> Path:
 class SimilarityRuns:
     """Each assignment's latest similarity check, run in a thread of its own: one at a time each."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: ServiceConfig) -> None:
+        self.config = config
         self._states: dict[str, SimilarityState] = {}
         self._lock = threading.Lock()
 
     def state(self, assignment: str) -> SimilarityState:
         with self._lock:
-            return self._states.get(assignment, SimilarityState())
+            if assignment not in self._states:
+                self._states[assignment] = self._written(assignment)
+            return self._states[assignment]
 
-    def start(self, config: ServiceConfig, sessions: sessionmaker[Session], assignment: Assignment) -> bool:
+    def _written(self, assignment: str) -> SimilarityState:
+        """The report an earlier start of the service wrote (its pairs flag the class again), if any."""
+        path = similarity_dir(self.config, assignment) / CSV_NAME
+        nearest: dict[str, tuple[str, float]] = {}
+        try:
+            with path.open(newline="", encoding="utf-8") as fh:
+                for row in csv.DictReader(fh):  # highest first: each student's first pair is their highest
+                    pair, similarity = (row["student_a"], row["student_b"]), float(row["similarity"])
+                    nearest.setdefault(pair[0], (pair[1], similarity))
+                    nearest.setdefault(pair[1], (pair[0], similarity))
+            finished = path.stat().st_mtime
+        except FileNotFoundError:
+            return SimilarityState()
+        except (OSError, UnicodeDecodeError, csv.Error, KeyError, TypeError, ValueError) as exc:
+            return SimilarityState("failed", f"{path}: the last report cannot be read ({exc}): run the check again")
+        return SimilarityState("ready", "the report of an earlier run", finished, nearest)
+
+    def start(self, sessions: sessionmaker[Session], assignment: Assignment) -> bool:
         """Start a check of ``assignment``; False when one is running already."""
         with self._lock:
             if self._states.get(assignment.id, SimilarityState()).state == "running":
                 return False
             self._states[assignment.id] = SimilarityState("running")
         thread = threading.Thread(
-            target=self._run, args=(config, sessions, assignment), name=f"similarity-{assignment.id}", daemon=True
+            target=self._run, args=(self.config, sessions, assignment), name=f"similarity-{assignment.id}", daemon=True
         )
         thread.start()
         return True

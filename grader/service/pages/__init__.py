@@ -85,7 +85,7 @@ class Pages:
         self.cache = data.ResultCache(service.config)
         self.env = _environment()
         self._shapes: dict[str, tuple[str, str]] = {}  # assignment -> (key, html)
-        self.similarity = changes.SimilarityRuns()  # each assignment's latest similarity check
+        self.similarity = changes.SimilarityRuns(service.config)  # each assignment's latest similarity check
 
     def render(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         return HTMLResponse(self.env.get_template(name).render(**context), status_code=status)

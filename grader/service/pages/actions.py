@@ -166,7 +166,7 @@ def add_routes(routes: APIRouter, pages: Pages, guard: Guard) -> None:
 
     @instructor_post("/assignments/{aid}/similarity")
     async def similarity_start(session: auth.Session, _: dict[str, str], assignment: Any) -> Response:
-        runs.start(config, service.sessions, assignment)
+        runs.start(service.sessions, assignment)
         return RedirectResponse(f"/assignments/{quote(assignment.id, safe='')}/similarity", status_code=303)
 
     def similarity_state(aid: str) -> tuple[actions.SimilarityState, bool]:
