@@ -11,6 +11,7 @@ copy of it sealed as his, with his own repository, so the class has a pair to fi
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import re
 import shutil
@@ -33,13 +34,14 @@ from grader.errors import UserError
 from grader.manual import ManualScores, load_manual
 from grader.rescore import rescore
 from grader.results import GradeResult
+from grader.rubric import load_rubric
 from grader.seal import open_sealed, seal
 from grader.service import actions, queue, read
 from grader.service.app import open_service
 from grader.service.config import load_config
 from grader.service.db import GRADED, QUEUED, ManualScore, ScoredUnder, Submission
 from grader.service.intake import repo_path
-from grader.service.workers import Engine, submission_dir
+from grader.service.workers import Engine, rescore_class, score_kept, submission_dir
 from tests.pages_kit import serving
 from tests.service_kit import ROOT, commit_tree
 
@@ -226,11 +228,29 @@ def test_a_rescore_from_the_rubric_file_moves_points_and_regrades_nobody_and_ref
         with pytest.raises(UserError, match="nothing was changed"):
             actions.rescore_from_rubric(course.config, course.service.sessions, course.key, A5)
         assert course.assignment is scored_under and course.row("amy").score == late
+        course.rubric.write_text(lowered(original))  # amy's 2 points for OTHER are now over its 1
+        with pytest.raises(UserError) as refused:
+            actions.rescore_from_rubric(course.config, course.service.sessions, course.key, A5)
+        assert "nothing was changed" in str(refused.value)
+        assert f"amy: manual score for {OTHER}: 2 is outside 0..1" in str(refused.value)
+        assert course.assignment is scored_under and course.row("amy").score == late
+        under_it = dataclasses.replace(course.assignment, rubric=load_rubric(course.rubric))
+        kept = score_kept(course.config, course.key, under_it, course.row("amy"), ManualScores({OTHER: 2.0}))
+        assert next(i for i in kept.items() if i.id == OTHER).status.value != "manual"  # a push scored without it
+        rescore_class(course.config, course.service.sessions, course.key, course.assignment)
+        assert course.row("amy").score == late
     finally:
         course.rubric.write_text(original)
         actions.rescore_from_rubric(course.config, course.service.sessions, course.key, A5)
         course.enter("amy", {}, removed=[OTHER])
     assert course.row("amy").score == pytest.approx(before)
+
+
+def lowered(rubric: str) -> str:
+    """The rubric with OTHER worth 1 point, not 2 (and its task 17, not 18): a scoring change alone."""
+    head, tail = rubric.split(f"      - id: {OTHER}\n", 1)
+    head = head.replace("    points: 18\n", "    points: 17\n", 1)
+    return f"{head}      - id: {OTHER}\n" + tail.replace("points: 2\n", "points: 1\n", 1)
 
 
 def test_the_similarity_check_compares_the_latest_graded_submissions(course):

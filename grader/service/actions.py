@@ -229,10 +229,38 @@ def rescore_from_rubric(config: ServiceConfig, sessions: sessionmaker[Session], 
         )
     if fresh.scoring_digest == old.scoring_digest:
         return f"{fresh.rubric_file}: its scoring is unchanged; nothing to rescore"
+    problems = _manual_misfits(config, sessions, fresh)
+    if problems:
+        raise UserError(
+            f"{fresh.rubric_file}: manual scores the new rubric does not take: nothing was changed; change or "
+            "clear them on the students' pages first:\n" + "\n".join(problems)
+        )
     with scoring_lock(assignment_id):
         config.assignments[assignment_id] = fresh  # a grading that lands from now is scored under it
     rescored = rescore_class(config, sessions, key, fresh)
     return f"rescored {rescored} graded submissions from the cache under {fresh.rubric_file}; nobody was regraded"
+
+
+def _manual_misfits(config: ServiceConfig, sessions: sessionmaker[Session], fresh: Assignment) -> list[str]:
+    """Each kept manual score that ``fresh``'s rubric refuses (an item gone, points now above its
+    maximum), by student: the contract of ``grader.manual_items``, as a manual score is entered."""
+    problems = []
+    with sessions.begin() as session:
+        students = session.scalars(
+            select(ManualScore.student).where(ManualScore.assignment == fresh.id).distinct()
+        ).all()
+        for student in sorted(students):
+            row = latest_graded(session, fresh.id, student)
+            if row is None:
+                continue
+            try:
+                result = GradeResult.load(submission_dir(config, fresh.id, row.id) / RESULTS)
+                check_manual(_items_of(fresh, result), manual_scores(session, fresh.id, student))
+            except UserError as exc:
+                problems.append(f"{student}: {exc}")
+            except (OSError, ValueError, TypeError, KeyError):  # rescore_class says what is wrong with it
+                continue
+    return problems
 
 
 # --- the similarity report -------------------------------------------------------------------------

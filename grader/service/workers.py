@@ -101,6 +101,21 @@ def score_grading(
     return result
 
 
+def score_kept(
+    config: ServiceConfig, key: bytes, assignment: Assignment, row: Submission, manual: ManualScores
+) -> GradeResult:
+    """:func:`score_grading` with the student's kept manual scores; where the grading no longer takes them
+    (a newer push answered an item in code, not words), scored without them, said in the log: the
+    automatic score, never no score.  A grading made under another matrix is still a :class:`UserError`."""
+    try:
+        return score_grading(config, key, assignment, row, manual)
+    except UserError as exc:
+        if not manual.scores:
+            raise
+        log.warning("%s: scored without %s's manual scores, which it does not take: %s", row.id, row.student, exc)
+        return score_grading(config, key, assignment, row, ManualScores())
+
+
 def rescore_class(config: ServiceConfig, sessions: sessionmaker[Session], key: bytes, assignment: Assignment) -> int:
     """Every graded submission of ``assignment`` scored again from its cached grading under its scoring
     now, and that scoring recorded (``ScoredUnder``): nobody is graded again.  A grading that cannot be
@@ -114,7 +129,7 @@ def rescore_class(config: ServiceConfig, sessions: sessionmaker[Session], key: b
         for row in rows:
             try:
                 manual = manual_scores(session, row.assignment, row.student)
-                result = score_grading(config, key, assignment, row, manual)
+                result = score_kept(config, key, assignment, row, manual)
             except (UserError, Untrusted) as exc:  # graded again
                 log.warning("%s: %s", row.id, exc)
                 row.status, row.score, row.max_score = QUEUED, None, None
@@ -271,11 +286,7 @@ class Engine:
             assignment = self.config.assignments[row.assignment]
             with self.sessions.begin() as session:
                 manual = manual_scores(session, row.assignment, row.student)
-            try:
-                result = score_grading(self.config, self.key, assignment, row, manual)
-            except UserError:  # a manual score the rubric no longer takes: the automatic score, said in the log
-                log.warning("%s: %s's manual scores no longer fit the rubric: scored without them", row.id, row.student)
-                result = score_grading(self.config, self.key, assignment, row, ManualScores())
+            result = score_kept(self.config, self.key, assignment, row, manual)
             queue.finish(self.sessions, row.id, self.owner, score=result.score, max_score=result.max_score)
 
     def rescore_stale(self) -> None:
