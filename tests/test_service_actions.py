@@ -293,6 +293,9 @@ def test_the_new_posts_refuse_without_a_session_or_its_csrf_token(site, course):
             assert answer.status_code == 403 and answer.json()["error"]["code"] == "bad_csrf", path
         answer = client.post(f"/assignments/{A5}/manual-upload", files=upload, data={"csrf": "guess"})
         assert answer.status_code == 403
+        report = client.get(f"/assignments/{A5}/similarity/report.html")  # written by the test above
+        assert report.status_code == 200 and "sandbox" in report.headers["content-security-policy"]
+        assert "script-src" not in report.headers["content-security-policy"]
     with service.sessions.begin() as session:
         assert session.query(ManualScore).count() == 0
 
