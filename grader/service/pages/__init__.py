@@ -11,32 +11,28 @@ sniffing, no referrer.  A student's report (static HTML with inline CSS, no scri
 :data:`REPORT_POLICY`: styles only, sandboxed, framed by the service's own pages alone.
 
 Live updates are short polling by ``static/pages.js``: a page's ``data-version-url`` answers a
-version string every :data:`LIVE_POLL_MS`; when it moves, the script fetches the page again and swaps
+version string every ``site.LIVE_POLL_MS``; when it moves, the script fetches the page again and swaps
 its ``data-live`` parts, so a grade that lands shows within that and one page's fetch, with no reload.
 """
 
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from grader.render import fmt_points
-from grader.render.class_report import class_shape
 from grader.render.html_kit import CSS
 from grader.service import actions as changes
 from grader.service import read
 from grader.service.pages import actions, auth, data, mine
+from grader.service.pages.site import HERE, Pages
 from grader.service.refusal import Refused
 
-HERE = Path(__file__).resolve().parent
 STATIC = {"pages.css": "text/css; charset=utf-8", "pages.js": "text/javascript; charset=utf-8"}
 PAGE_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -44,58 +40,6 @@ PAGE_POLICY = (
 )
 REPORT_POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'self'; sandbox"
 FORM_BYTES = 64 << 10
-LIVE_POLL_MS = 1000  # an open page's poll (body's data-poll-ms): a landed grade shows within it plus a fetch
-
-
-def _when(epoch: float | None) -> str:
-    if not epoch:
-        return ""
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "unknown (nothing graded yet)"
-    return f"{value:.0f} s" if value < 120 else f"{value / 60:.1f} min"
-
-
-def _environment() -> Environment:
-    env = Environment(
-        loader=FileSystemLoader(HERE / "templates"),
-        autoescape=select_autoescape(default=True, default_for_string=True),
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["when"] = _when
-    env.filters["points"] = fmt_points
-    env.filters["seconds"] = _seconds
-    env.filters["part"] = lambda value: quote(str(value), safe="")
-    env.filters["query"] = lambda values: urlencode(values)
-    env.globals["live_poll_ms"] = LIVE_POLL_MS
-    return env
-
-
-class Pages:
-    """The pages' state: templates, sessions, the results cache and the last class shape rendered."""
-
-    def __init__(self, service: Any) -> None:
-        self.service = service
-        self.config = service.config
-        self.sessions = auth.Sessions(service.instructor_token, service.sessions)
-        self.cache = data.ResultCache(service.config)
-        self.env = _environment()
-        self._shapes: dict[str, tuple[str, str]] = {}  # assignment -> (key, html)
-        self.similarity = changes.SimilarityRuns(service.config)  # each assignment's latest similarity check
-
-    def render(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
-        return HTMLResponse(self.env.get_template(name).render(**context), status_code=status)
-
-    def shape(self, assignment: str, view: data.ClassView) -> str:
-        """The class's histograms and pass rates, rendered again only when a latest grading changed."""
-        cached = self._shapes.get(assignment)
-        if cached is None or cached[0] != view.graded_key:
-            cached = self._shapes[assignment] = (view.graded_key, class_shape(view.graded))
-        return cached[1]
 
 
 def install(app: FastAPI, service: Any) -> None:

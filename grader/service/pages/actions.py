@@ -29,7 +29,7 @@ from grader.service import actions
 from grader.service.pages import auth
 
 if TYPE_CHECKING:
-    from grader.service.pages import Pages
+    from grader.service.pages.site import Pages
 
 UPLOAD_BYTES = 2 << 20  # the whole request of a manual-scores upload
 Handler = Callable[[auth.Session, dict[str, str], Any], Awaitable[Response]]
