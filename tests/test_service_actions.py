@@ -41,6 +41,7 @@ from grader.service.app import open_service
 from grader.service.config import load_config
 from grader.service.db import GRADED, QUEUED, ManualScore, ScoredUnder, Submission
 from grader.service.intake import repo_path
+from grader.service.pages import data
 from grader.service.workers import Engine, rescore_class, score_kept, submission_dir
 from tests.pages_kit import serving
 from tests.service_kit import ROOT, commit_tree
@@ -132,8 +133,10 @@ def course(tmp_path_factory):
 def test_a_manual_score_rescores_the_latest_grading_and_its_removal_restores_the_automatic_one(course):
     before = course.row("amy").score
     assert course.item("amy", EXPLAIN).status.value == "pending_review" and course.item("amy", EXPLAIN).score == 0
+    live = data.version(course.service.sessions, A5)
     course.enter("amy", {EXPLAIN: 7.5}, {EXPLAIN: "clear, one step missing"})
     assert course.row("amy").score == pytest.approx(before + 7.5)
+    assert data.version(course.service.sessions, A5) != live  # an open class page shows the new score
     item = course.item("amy", EXPLAIN)
     assert (item.score, item.status.value, item.manual) == (7.5, "manual", True)
     assert "instructor's comment: clear, one step missing" in item.feedback
@@ -143,8 +146,10 @@ def test_a_manual_score_rescores_the_latest_grading_and_its_removal_restores_the
     shown = {item.id: item for item in form.items}
     assert {EXPLAIN, OTHER, "q3_tensor_shapes.written"} <= set(shown) and form.sid == course.ids["amy"]
     assert (shown[EXPLAIN].entered, shown[EXPLAIN].max_points, shown[EXPLAIN].score) == (7.5, 10, 7.5)
+    live = data.version(course.service.sessions, A5)
     course.enter("amy", {}, removed=[EXPLAIN])
     assert course.row("amy").score == pytest.approx(before)
+    assert data.version(course.service.sessions, A5) != live
     assert course.item("amy", EXPLAIN).status.value == "pending_review"
     with course.service.sessions.begin() as session:
         assert session.query(ManualScore).count() == 0
@@ -212,8 +217,10 @@ def test_a_rescore_from_the_rubric_file_moves_points_and_regrades_nobody_and_ref
         message = actions.rescore_from_rubric(course.config, course.service.sessions, course.key, A5)
         assert "scoring is unchanged" not in message  # the late policy is part of the scoring
         course.rubric.write_text(original.replace("deadline: null", "deadline: 2020-01-01T00:00:00Z"))
+        live = data.version(course.service.sessions, A5)
         message = actions.rescore_from_rubric(course.config, course.service.sessions, course.key, A5)
         assert message.startswith("rescored 2 graded submissions from the cache")
+        assert data.version(course.service.sessions, A5) != live
         amy = course.result("amy")
         assert amy.lateness.value == "late" and amy.late is not None
         assert course.row("amy").score == pytest.approx(amy.score) and amy.score < before + 2

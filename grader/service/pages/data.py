@@ -27,7 +27,7 @@ from grader.gradebook import flags_for
 from grader.render.changes import render_changes
 from grader.results import GradeResult, Lateness
 from grader.service.config import ServiceConfig
-from grader.service.db import ERROR, GRADED, GRADING, QUEUED, SUPERSEDED, Submission
+from grader.service.db import ERROR, GRADED, GRADING, QUEUED, SUPERSEDED, ManualScore, ScoredUnder, Submission
 from grader.service.read import RESULTS
 from grader.service.workers import submission_dir
 
@@ -386,11 +386,14 @@ def regrade(sessions: sessionmaker[Session], assignment: str, students: Sequence
 
 
 def version(sessions: sessionmaker[Session], assignment: str) -> str:
-    """Changes whenever a push, a claim, a grade or a regrade does: what the live page polls each second.
+    """Changes whenever a push, a claim, a grade, a regrade, a manual score or a rescore does: what the
+    live page polls each second.
 
-    Read from the indexes alone (the service's count per status over ``ix_submissions_queue``, and the
-    assignment's pushes over ``ix_submissions_student``), never the table: grouping the assignment's
-    rows by status read all 20,000 of them per poll."""
+    Read from the indexes alone (the service's count per status over ``ix_submissions_queue``, the
+    assignment's pushes over ``ix_submissions_student``, its manual scores and the scoring it was last
+    written under by their primary keys), never the table: grouping the assignment's rows by status read
+    all 20,000 of them per poll.  A manual score entered, changed or removed moves the count or the latest
+    entry; a rescore from the rubric moves the scoring's digest."""
     with sessions.begin() as session:
         statuses = session.execute(
             select(Submission.status, func.count()).group_by(Submission.status).order_by(Submission.status)
@@ -398,4 +401,9 @@ def version(sessions: sessionmaker[Session], assignment: str) -> str:
         pushes, last = session.execute(
             select(func.count(), func.max(Submission.received_at)).where(Submission.assignment == assignment)
         ).one()
-    return ";".join(f"{status}:{n}" for status, n in statuses) + f";{pushes}:{last}"
+        manual, entered = session.execute(
+            select(func.count(), func.max(ManualScore.entered_at)).where(ManualScore.assignment == assignment)
+        ).one()
+        scoring = session.scalar(select(ScoredUnder.digest).where(ScoredUnder.assignment == assignment))
+    moved = ";".join(f"{status}:{n}" for status, n in statuses)
+    return f"{moved};{pushes}:{last};{manual}:{entered};{scoring}"
