@@ -35,12 +35,14 @@ def test_a_start_removes_a_killed_runs_stale_leftovers_and_nothing_live_or_owned
 
     def leftovers(age: str) -> list:
         """What a run killed while writing leaves: a bundle being read, a repository moved in before its
-        row was committed, a grading being written and an older one being swapped out."""
+        row was committed, a grading being written, an older one being swapped out and a sealed grading's
+        private copy being scored."""
         made = [
             config.state_dir / "incoming" / f"bundle-{age}",
             accepted.with_name(f"{age}.git"),
             submissions / f".tmp-{row.id}-{age}",
             submissions / f".old-{row.id}-{age}",
+            config.state_dir / "tmp" / f"scoring-{age}",
         ]
         (made[0] / "repo.git").mkdir(parents=True)
         (made[0] / "submission.bundle").write_bytes(b"# v2 git bundle\n")
@@ -49,6 +51,7 @@ def test_a_start_removes_a_killed_runs_stale_leftovers_and_nothing_live_or_owned
         (made[2] / "graded" / "grade.log").write_text("grading...\n")
         made[3].mkdir()
         (made[3] / "results.json").write_text("{}")
+        (made[4] / "graded").mkdir(parents=True)
         return made
 
     stale, live = leftovers("stale"), leftovers("live")

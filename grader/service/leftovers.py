@@ -2,8 +2,9 @@
 
 Intake reads a bundle in ``incoming/bundle-*`` and moves the repository it made to
 ``assignments/<id>/repos/<sid>.git`` just before the submission's row is committed; a grade writes
-``submissions/.tmp-<sid>-*`` and swaps an older grading out as ``.old-<sid>-*`` (the batch's writer).
-A ``kill -9`` between those steps leaves them behind, a repository without a row among them.
+``submissions/.tmp-<sid>-*`` and swaps an older grading out as ``.old-<sid>-*`` (the batch's writer);
+scoring reads a sealed grading into a private copy in :func:`scratch`.  A ``kill -9`` between those
+steps leaves them behind, a repository without a row among them.
 
 Another service process may share ``state_dir`` (two processes over one PostgreSQL), and what it is
 writing is not a leftover.  Nothing it writes lives longer than a grade: so only what was last
@@ -29,6 +30,14 @@ log = logging.getLogger("grader.service")
 MIN_AGE_S = 3600.0
 
 
+def scratch(config: ServiceConfig) -> Path:
+    """Where the service's own temporary copies live: in ``state_dir``, so a killed run's are swept
+    here at the next start rather than left in the machine's ``/tmp``."""
+    path = config.state_dir / "tmp"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def stale_after(config: ServiceConfig) -> float:
     """Seconds after which nothing a live service process writes can still be in the making."""
     return max(MIN_AGE_S, 2 * config.grade_timeout_s)
@@ -38,7 +47,7 @@ def sweep(config: ServiceConfig, sessions: sessionmaker[Session], now: float | N
     """Remove the stale leftovers of killed runs; what was removed."""
     cutoff = (time.time() if now is None else now) - stale_after(config)
     state = config.state_dir
-    found = _older(state.glob("incoming/bundle-*"), cutoff)
+    found = _older([*state.glob("incoming/bundle-*"), *state.glob("tmp/*")], cutoff)
     for folder in sorted(state.glob("assignments/*")):
         found += _older([*folder.glob("submissions/.tmp-*"), *folder.glob("submissions/.old-*")], cutoff)
         repos = _older(folder.glob("repos/*.git"), cutoff)

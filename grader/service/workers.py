@@ -45,6 +45,7 @@ from grader.service import queue
 from grader.service.config import Assignment, ServiceConfig
 from grader.service.db import GRADED, QUEUED, ManualScore, ScoredUnder, Submission
 from grader.service.intake import repo_path
+from grader.service.leftovers import scratch
 from grader.service.tokens import secret_file
 
 log = logging.getLogger("grader.service")
@@ -93,7 +94,7 @@ def score_grading(
     (a :class:`UserError`, nothing written)."""
     here = submission_dir(config, row.assignment, row.id)
     diagram = load_pack(assignment.rubric.assignment.pack).diagram
-    with tempfile.TemporaryDirectory(prefix="grader-service-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="scoring-", dir=scratch(config)) as tmp:
         copy = Path(tmp)
         open_sealed(here, GRADED_DIR, key, copy)
         result = rescore(copy / GRADED_DIR, assignment.rubric, manual)
