@@ -324,9 +324,11 @@ def _main(args: argparse.Namespace) -> int:
         return 2
 
 
-# What ``pip install "dist-grader[service]"`` adds (pyproject.toml); a missing one is the install's, not a bug
+# What ``pip install "dist-grader[service]"`` adds (pyproject.toml), by import name; a missing one is the
+# install's, not a bug
 SERVICE_EXTRA = frozenset(
     {"fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "psycopg", "joserfc", "httpx", "jinja2"}
+    | {"python_multipart"}
 )
 
 

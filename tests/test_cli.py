@@ -33,7 +33,7 @@ def test_grader_serve_without_the_service_extra_says_which_extra_to_install(tmp_
     """A student's base install has no FastAPI: ``grader serve`` then names the extra in one line (exit 1),
     never an internal error; the extra's list is what pyproject.toml's ``service`` extra installs."""
     extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["service"]
-    names = {spec.split("[")[0].split(">")[0].split("=")[0].strip().lower() for spec in extra}
+    names = {spec.split("[")[0].split(">")[0].split("=")[0].strip().lower().replace("-", "_") for spec in extra}
     assert names <= SERVICE_EXTRA
     hide_fastapi = (
         "import sys\n"
