@@ -272,7 +272,7 @@ def test_the_similarity_check_compares_the_latest_graded_submissions(course):
 
 # --- in the browser (tests/test_service_pages.py's driver and checks) --------------------------------
 
-from tests.test_service_pages import assert_clean, browser, focus_by_tab, open_page  # noqa: E402, F401
+from tests.test_service_pages import assert_clean, browser, focus_by_tab, open_page, text_of  # noqa: E402, F401
 
 
 @pytest.fixture(scope="module")
@@ -315,8 +315,7 @@ def test_a_manual_score_typed_from_the_keyboard_changes_the_score(site, browser,
     focus_by_tab(browser, field)
     browser.switch_to.active_element.send_keys("6", Keys.ENTER)
     cell = f"tr[data-item='{EXPLAIN}'] [data-field=now]"
-    now = f'const cell = document.querySelector("{cell}"); return cell && cell.textContent'
-    WebDriverWait(browser, 20).until(lambda d: (d.execute_script(now) or "").startswith("6 /"))  # across the POST
+    WebDriverWait(browser, 20).until(lambda d: text_of(d, cell).strip().startswith("6 /"))  # across the POST
     assert_clean(browser)
     assert course.row("amy").score == pytest.approx(before + 6)
     open_page(browser, f"{url}/assignments/{A5}")

@@ -124,10 +124,18 @@ def assert_clean(driver) -> None:
 
 
 def rows(driver) -> dict[str, str]:
-    return {
-        tr.get_attribute("data-student"): tr.get_attribute("data-status")
-        for tr in driver.find_elements(By.CSS_SELECTOR, "#class-table tbody tr[data-student]")
-    }
+    """Each row's student and status, read in one script: a live swap between reading the rows and their
+    attributes would leave a held element stale."""
+    return driver.execute_script(
+        "const rows = document.querySelectorAll('#class-table tbody tr[data-student]');"
+        "return Object.fromEntries([...rows].map(tr => [tr.dataset.student, tr.dataset.status]));"
+    )
+
+
+def text_of(driver, css: str) -> str:
+    """The text of the element ``css`` names now ("" while there is none), read in the page's own DOM, so a
+    live swap or a form's answer that replaces it never leaves the test holding a stale element."""
+    return driver.execute_script("const e = document.querySelector(arguments[0]); return e ? e.textContent : ''", css)
 
 
 # --- access ----------------------------------------------------------------------------------------
@@ -291,7 +299,7 @@ def test_a_grade_that_lands_shows_on_the_open_page_without_a_reload(site, browse
     cell = f"tr[data-student='{CLEAN[5]}'] td[data-field=score]"
     try:
         WebDriverWait(browser, LIVE_WAIT_S, poll_frequency=0.1).until(
-            lambda d: d.find_element(By.CSS_SELECTOR, cell).text.startswith("100 /")
+            lambda d: text_of(d, cell).strip().startswith("100 /")
         )
     except TimeoutException:
         pytest.fail(f"the new grade did not show within {LIVE_WAIT_S} s")
