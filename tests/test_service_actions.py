@@ -382,3 +382,51 @@ def test_a_manual_file_uploaded_in_the_browser_scores_the_class(site, browser, c
     assert_clean(browser)
     assert course.row("bob").score == pytest.approx(before["bob"] + 1.5) and course.row("amy").score == before["amy"]
     course.enter("bob", {}, removed=[OTHER])
+
+
+# --- two service processes on one database (last: it adds a graded student) ------------------------
+
+
+def test_a_rescore_in_one_service_process_is_the_scoring_of_every_other_on_its_database(course, caplog):
+    """Two service processes on one config, database and state_dir (two ``open_service`` and Engines):
+    A rescores from an edited rubric; B, started before, scores a new grading under the new rubric, not
+    the one it read at its start.  Where the file changed again since A's rescore, B records no score
+    under a rubric the class is not under: the submission waits in the queue until the class is rescored."""
+    original = course.rubric.read_text()
+    late = original.replace("deadline: null", "deadline: 2020-01-01T00:00:00Z")
+    rescore_in_a = lambda: actions.rescore_from_rubric(course.config, course.service.sessions, course.key, A5)  # noqa: E731
+    second = open_service(load_config(course.config.file))
+    b = Engine(second.config, second.sessions)
+    started_under = b.config.assignments[A5].scoring_digest
+
+    def grade_in_b() -> Submission:
+        claimed = queue.claim(second.sessions, b.owner, 600)
+        assert claimed is not None and claimed.id == course.ids["cara"]
+        b.grade(claimed)
+        return course.row("cara")
+
+    try:
+        course.rubric.write_text(late)
+        rescore_in_a()
+        course.push("cara", ROOT / "reference" / "a5")  # amy's answers, so amy's score under the same rubric
+        cara = grade_in_b()
+        assert cara.status == GRADED and course.result("cara").lateness.value == "late"
+        assert cara.score == pytest.approx(course.row("amy").score)
+        assert b.config.assignments[A5].scoring_digest == course.assignment.scoring_digest != started_under
+        course.rubric.write_text(late.replace("cap_percent: 50", "cap_percent: 40"))
+        rescore_in_a()  # the class under cap 40, which B has not read ...
+        course.rubric.write_text(late.replace("cap_percent: 50", "cap_percent: 30"))  # ... nor can now
+        with course.service.sessions.begin() as session:  # cara's grading waits again (its cache is kept)
+            row = session.get(Submission, course.ids["cara"])
+            row.status, row.score, row.max_score = QUEUED, None, None
+        with caplog.at_level("WARNING", logger="grader.service"):
+            cara = grade_in_b()
+        assert (cara.status, cara.score) == (QUEUED, None)
+        assert f"{cara.id} left to the queue" in caplog.text
+        rescore_in_a()
+        cara = grade_in_b()
+        assert cara.status == GRADED and cara.score == pytest.approx(course.row("amy").score)
+        assert b.config.assignments[A5].scoring_digest == course.assignment.scoring_digest
+    finally:
+        course.rubric.write_text(original)
+        rescore_in_a()

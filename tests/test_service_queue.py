@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.service import queue, tokens
-from grader.service.db import CourseToken, Submission, connect, migrate
+from grader.service.db import CourseToken, ScoredUnder, Submission, connect, migrate
 from grader.service.refusal import Refused
 from tests import postgres
 
@@ -195,6 +195,30 @@ def test_a_held_rate_key_makes_the_count_after_an_insert_see_the_other_pushs_row
     first.close()
     thread.join(timeout=60)
     assert counted == {"first": 1, "second": 2}
+
+
+def test_an_assignments_scoring_is_held_against_every_service_process(sessions):
+    """``workers.scoring``: while one process scores the class (its threads' lock and the assignment's
+    key held, as ``rescore_class``), another process's recording, which holds the key (its threads'
+    lock is its own), waits for that commit and reads the scoring it recorded, never the one before."""
+    from grader.service.workers import scoring
+
+    seen = {}
+    with sessions.begin() as session:
+        session.add(ScoredUnder(assignment="a5", digest="old"))
+
+    def other_process() -> None:
+        with sessions.begin() as session:
+            queue.hold(session, "scoring:a5")
+            seen["digest"] = session.get(ScoredUnder, "a5").digest
+
+    with scoring(sessions, "a5") as session:
+        thread = threading.Thread(target=other_process)
+        thread.start()
+        time.sleep(0.5)  # the other reaches its hold and waits there
+        session.get(ScoredUnder, "a5").digest = "new"
+    thread.join(timeout=60)
+    assert seen == {"digest": "new"}
 
 
 def test_course_tokens_are_kept_as_hashes_and_name_their_student_and_assignment(sessions):

@@ -29,15 +29,17 @@ from grader.manual_items import check_manual, scorable
 from grader.results import GradeResult
 from grader.rubric import Item
 from grader.seal import broken
-from grader.service.config import Assignment, ServiceConfig, load_config
+from grader.service.config import Assignment, ServiceConfig
 from grader.service.db import GRADED, ManualScore, Submission
 from grader.service.intake import repo_path
 from grader.service.workers import (
     iso,
     manual_scores,
+    reread,
     rescore_class,
     score_grading,
-    scoring_lock,
+    scoring,
+    scoring_now,
     submission_dir,
 )
 from grader.similarity.check import CSV_NAME
@@ -139,7 +141,14 @@ def enter_manual(
     (the items, their ranges) before anything is kept; a :class:`UserError` lists every problem.  A
     student without a graded submission has nothing to score yet.  Each student's new result."""
     now = time.time()
-    with scoring_lock(assignment.id), sessions.begin() as session:
+    with scoring(sessions, assignment.id) as session:
+        under = scoring_now(config, session, assignment.id)
+        if under is None:
+            raise UserError(
+                f"{assignment.rubric_file} changed since the class was last rescored: no manual score was "
+                "changed; rescore from the rubric file first"
+            )
+        assignment = under
         problems: list[str] = []
         plan: list[tuple[Submission, ManualScores]] = []
         for student, change in sorted(changes.items()):
@@ -219,14 +228,7 @@ def rescore_from_rubric(config: ServiceConfig, sessions: sessionmaker[Session], 
     does) and score new ones under it.  A change of the matrix part is refused, nothing changed: that
     needs a regrade.  What was done, in a sentence."""
     old = config.assignments[assignment_id]
-    fresh = load_config(config.file).assignments.get(assignment_id)
-    if fresh is None:
-        raise UserError(f"{config.file} no longer lists assignment {assignment_id!r}: nothing was changed")
-    if fresh.rubric.matrix_digest != old.rubric.matrix_digest or fresh.rubric_file != old.rubric_file:
-        raise UserError(
-            f"{fresh.rubric_file}: its pack, student files, deliverables, limits or policy changed, which "
-            "decide the cases' verdicts: nothing was changed; restart the service and regrade everyone instead"
-        )
+    fresh = reread(config, old)
     if fresh.scoring_digest == old.scoring_digest:
         return f"{fresh.rubric_file}: its scoring is unchanged; nothing to rescore"
     problems = _manual_misfits(config, sessions, fresh)
@@ -235,9 +237,7 @@ def rescore_from_rubric(config: ServiceConfig, sessions: sessionmaker[Session], 
             f"{fresh.rubric_file}: manual scores the new rubric does not take: nothing was changed; change or "
             "clear them on the students' pages first:\n" + "\n".join(problems)
         )
-    with scoring_lock(assignment_id):
-        config.assignments[assignment_id] = fresh  # a grading that lands from now is scored under it
-    rescored = rescore_class(config, sessions, key, fresh)
+    rescored = rescore_class(config, sessions, key, fresh)  # every service process scores under it from now
     return f"rescored {rescored} graded submissions from the cache under {fresh.rubric_file}; nobody was regraded"
 
 

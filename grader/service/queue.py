@@ -18,6 +18,7 @@ on PostgreSQL (many service processes over one database), with no lock held acro
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterable
@@ -36,13 +37,15 @@ def recent(session: Session, rate_key: str, now: float, window_s: float = 60.0) 
     return int(session.scalar(query) or 0)
 
 
-def hold(session: Session, rate_key: str) -> None:
-    """Until ``session``'s transaction ends, no other transaction holds ``rate_key``: a count of its
-    submissions then an insert are one step.  PostgreSQL: a transaction-scoped advisory lock on the key.
-    SQLite has one writer at a time: the transaction's first write (the insert) takes the database's
-    write lock, and a count after it sees every commit; so there, count after the insert."""
+def hold(session: Session, key: str) -> None:
+    """Until ``session``'s transaction ends, no other transaction, in any service process, holds ``key``
+    (a rate key: a count of its submissions then an insert are one step; an assignment's scoring).
+    PostgreSQL: a transaction-scoped advisory lock on the key.  SQLite has one writer at a time: a
+    write that changes nothing takes the database's write lock now, every key at once."""
     if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": rate_key})
+        session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key})
+    else:
+        session.execute(text("UPDATE submissions SET id = id WHERE 0"))
 
 
 def accept(session: Session, row: Submission) -> list[str]:
@@ -105,7 +108,7 @@ def heartbeat(sessions: sessionmaker[Session], owner: str, ids: Iterable[str], l
 
 
 def finish(
-    sessions: sessionmaker[Session],
+    where: sessionmaker[Session] | Session,
     sid: str,
     owner: str,
     *,
@@ -114,9 +117,10 @@ def finish(
     max_score: float | None = None,
 ) -> bool:
     """Record the outcome of ``owner``'s grade of ``sid`` (graded, or error with ``error``); False when
-    the lease is no longer ``owner``'s, and nothing is recorded."""
+    the lease is no longer ``owner``'s, and nothing is recorded.  In a transaction of its own, or in
+    ``where``'s when it is a session (a score recorded while its scoring is held)."""
     values = {"status": ERROR if error else GRADED, "error": error, "score": score, "max_score": max_score}
-    with sessions.begin() as session:
+    with contextlib.nullcontext(where) if isinstance(where, Session) else where.begin() as session:
         changed = session.execute(
             update(Submission)
             .where(Submission.id == sid, Submission.lease_owner == owner, Submission.status == GRADING)

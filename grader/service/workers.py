@@ -42,7 +42,7 @@ from grader.rescore import rescore
 from grader.results import GradeResult
 from grader.seal import Untrusted, load_key, open_sealed
 from grader.service import queue
-from grader.service.config import Assignment, ServiceConfig
+from grader.service.config import Assignment, ServiceConfig, load_config
 from grader.service.db import GRADED, QUEUED, ManualScore, ScoredUnder, Submission
 from grader.service.intake import repo_path
 from grader.service.leftovers import scratch
@@ -59,15 +59,60 @@ def submission_dir(config: ServiceConfig, assignment: str, sid: str) -> Path:
     return config.state_dir / "assignments" / assignment / "submissions" / sid
 
 
-#: held while a grading of the assignment is scored and recorded (by a worker, a page's manual score or
-#: rescore): a rescore of the class never misses a grading a worker scored under the rubric it replaces
 _scoring_locks: dict[str, threading.Lock] = {}
 _locks_lock = threading.Lock()
 
 
 def scoring_lock(assignment: str) -> threading.Lock:
+    """This process's threads' part of :func:`scoring`."""
     with _locks_lock:
         return _scoring_locks.setdefault(assignment, threading.Lock())
+
+
+@contextlib.contextmanager
+def scoring(sessions: sessionmaker[Session], assignment: str) -> Iterator[Session]:
+    """A transaction in which gradings of ``assignment`` are scored and recorded (by a worker, a page's
+    manual score or rescore), one holder at a time in every service process on the database: the
+    thread lock, then the assignment's key in the database (``grader.service.queue.hold``).  So a
+    rescore of the class never misses a grading another worker scored under the rubric it replaces.
+    Use only ``session`` inside: on SQLite it holds the write lock."""
+    with scoring_lock(assignment), sessions.begin() as session:
+        queue.hold(session, f"scoring:{assignment}")
+        yield session
+
+
+def reread(config: ServiceConfig, held: Assignment) -> Assignment:
+    """The assignment as ``config.file`` and its rubric file say now, refused (:class:`UserError`) where
+    it is no longer listed or its matrix part changed: only a regrade answers that."""
+    fresh = load_config(config.file).assignments.get(held.id)
+    if fresh is None:
+        raise UserError(f"{config.file} no longer lists assignment {held.id!r}: nothing was changed")
+    if fresh.rubric.matrix_digest != held.rubric.matrix_digest or fresh.rubric_file != held.rubric_file:
+        raise UserError(
+            f"{fresh.rubric_file}: its pack, student files, deliverables, limits or policy changed, which "
+            "decide the cases' verdicts: nothing was changed; restart the service and regrade everyone instead"
+        )
+    return fresh
+
+
+def scoring_now(config: ServiceConfig, session: Session, assignment_id: str) -> Assignment | None:
+    """The assignment under the scoring the class is recorded under (``ScoredUnder``), in
+    :func:`scoring`'s ``session``: this process's, or, where another service process rescored the class
+    from the rubric file since, the file's, adopted here.  None where the file is under neither (edited
+    since, not rescored yet): no score can be recorded under the class's scoring by this process."""
+    held = config.assignments[assignment_id]
+    seen = session.get(ScoredUnder, assignment_id)
+    if seen is None or seen.digest == held.scoring_digest:
+        return held
+    try:
+        fresh = reread(config, held)
+    except UserError:  # its matrix changed too: the class page's rescore says so
+        return None
+    if fresh.scoring_digest != seen.digest:
+        return None
+    config.assignments[assignment_id] = fresh
+    log.info("%s: now scored under %s, as another service process rescored the class", held.id, fresh.rubric_file)
+    return fresh
 
 
 def manual_scores(session: Session, assignment: str, student: str) -> ManualScores:
@@ -122,7 +167,7 @@ def rescore_class(config: ServiceConfig, sessions: sessionmaker[Session], key: b
     now, and that scoring recorded (``ScoredUnder``): nobody is graded again.  A grading that cannot be
     rescored (made under another matrix, or its seal broken) goes back to the queue.  How many were
     rescored."""
-    with scoring_lock(assignment.id), sessions.begin() as session:
+    with scoring(sessions, assignment.id) as session:
         rows = session.scalars(
             select(Submission).where(Submission.assignment == assignment.id, Submission.status == GRADED)
         ).all()
@@ -138,6 +183,7 @@ def rescore_class(config: ServiceConfig, sessions: sessionmaker[Session], key: b
             row.score, row.max_score = result.score, result.max_score
             rescored += 1
         session.merge(ScoredUnder(assignment=assignment.id, digest=assignment.scoring_digest))
+        config.assignments[assignment.id] = assignment  # a grading that lands from now is scored under it
     if rows:
         log.info("%s: %d gradings rescored from the cache", assignment.id, rescored)
     return rescored
@@ -180,6 +226,7 @@ class Engine:
         self._claimed: set[str] = set()
         self._lock = threading.Lock()
         self._client: contextlib.ExitStack | None = None
+        self._warned: set[tuple[str, str]] = set()  # (assignment, scoring) that _unscorable has logged
 
     # --- life -------------------------------------------------------------------------------------
 
@@ -283,12 +330,31 @@ class Engine:
             else:
                 queue.finish(self.sessions, row.id, self.owner, error=outcome.message or outcome.status)
             return
-        with scoring_lock(row.assignment):  # the scoring now: a page's rescore may have replaced the rubric
-            assignment = self.config.assignments[row.assignment]
-            with self.sessions.begin() as session:
+        with scoring(self.sessions, row.assignment) as session:  # a rescore may have replaced the rubric
+            now = scoring_now(self.config, session, row.assignment)
+            if now is not None:
                 manual = manual_scores(session, row.assignment, row.student)
-            result = score_kept(self.config, self.key, assignment, row, manual)
-            queue.finish(self.sessions, row.id, self.owner, score=result.score, max_score=result.max_score)
+                result = score_kept(self.config, self.key, now, row, manual)
+                queue.finish(session, row.id, self.owner, score=result.score, max_score=result.max_score)
+        if now is None:  # another process scores it, or this one once the class is rescored
+            self._unscorable(row)
+
+    def _unscorable(self, row: Submission) -> None:
+        """Give back a grading this process cannot score under the class's scoring (the rubric file was
+        edited after another process's rescore, not rescored since): said once per such change; this
+        worker waits a poll before it claims again, so that a process under the class's scoring can."""
+        with self.sessions.begin() as session:
+            seen = session.get(ScoredUnder, row.assignment)
+        change = (row.assignment, seen.digest if seen else "")
+        if change not in self._warned:
+            self._warned.add(change)
+            log.warning(
+                "%s: %s left to the queue: the class is scored under a rubric another service process read, "
+                "and %s has changed since; rescore from the rubric file on the class page to score it here",
+                row.assignment, row.id, self.config.assignments[row.assignment].rubric_file,
+            )  # fmt: skip
+        queue.release(self.sessions, row.id, self.owner)
+        self._stop.wait(IDLE_POLL_S)
 
     def rescore_stale(self) -> None:
         """Every graded submission of an assignment whose rubric points, weights, deadline or late policy
