@@ -419,9 +419,11 @@ def test_a_rescore_in_one_service_process_is_the_scoring_of_every_other_on_its_d
         with course.service.sessions.begin() as session:  # cara's grading waits again (its cache is kept)
             row = session.get(Submission, course.ids["cara"])
             row.status, row.score, row.max_score = QUEUED, None, None
+            attempts = row.attempts
         with caplog.at_level("WARNING", logger="grader.service"):
             cara = grade_in_b()
         assert (cara.status, cara.score) == (QUEUED, None)
+        assert cara.attempts == attempts  # given back: only a killed grade counts towards MAX_ATTEMPTS
         assert f"{cara.id} left to the queue" in caplog.text
         rescore_in_a()
         cara = grade_in_b()

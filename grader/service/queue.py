@@ -135,13 +135,16 @@ def finish(
     return recorded
 
 
-def release(sessions: sessionmaker[Session], sid: str, owner: str) -> None:
-    """Give a claim back to the queue (its grade was killed under it): graded again, charged nothing."""
+def release(sessions: sessionmaker[Session], sid: str, owner: str, *, killed: bool = True) -> None:
+    """Give a claim back to the queue: graded again, charged nothing.  A claim whose grade was not killed
+    under it (``killed=False``: this process could not score it) gives its attempt back too, so only
+    killed grades count towards the worker's limit on them."""
+    attempts = Submission.attempts if killed else Submission.attempts - 1
     with sessions.begin() as session:
         session.execute(
             update(Submission)
             .where(Submission.id == sid, Submission.lease_owner == owner, Submission.status == GRADING)
-            .values(status=QUEUED, lease_owner=None, lease_until=None)
+            .values(status=QUEUED, lease_owner=None, lease_until=None, attempts=attempts)
             .execution_options(synchronize_session=False)
         )
 

@@ -353,7 +353,7 @@ class Engine:
                 "and %s has changed since; rescore from the rubric file on the class page to score it here",
                 row.assignment, row.id, self.config.assignments[row.assignment].rubric_file,
             )  # fmt: skip
-        queue.release(self.sessions, row.id, self.owner)
+        queue.release(self.sessions, row.id, self.owner, killed=False)
         self._stop.wait(IDLE_POLL_S)
 
     def rescore_stale(self) -> None:
