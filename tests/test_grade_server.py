@@ -166,6 +166,17 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def said(rows: list, out: Path) -> list[str]:
+    """Each ungraded student's message and the end of their grade log: what a failed batch shows."""
+    logs = {row.student: out / "students" / row.student / "graded" / "grade.log" for row in rows}
+    return [
+        f"{row.student}: {row.status}: {row.message}\n"
+        + (logs[row.student].read_text()[-2000:] if logs[row.student].is_file() else "")
+        for row in rows
+        if row.status != "graded"
+    ]
+
+
 def test_a_grade_server_that_dies_under_a_grade_costs_that_student_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -203,5 +214,6 @@ def test_a_grade_server_that_dies_under_a_grade_costs_that_student_nothing(
     finally:
         stop.set()
         killer.join()
-    assert [(row.student, row.status, row.total) for row in rows] == [("ann", "graded", 10.0), ("ben", "graded", 10.0)]
+    graded = [(row.student, row.status, row.total) for row in rows]
+    assert graded == [("ann", "graded", 10.0), ("ben", "graded", 10.0)], said(rows, tmp_path / "out")
     assert kept[0].started == 2  # the one killed under ann's grade, and the one that graded her and ben

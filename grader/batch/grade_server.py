@@ -77,10 +77,13 @@ class GradeServer(warm.ForkServer):
             proc = self.fork(control, log, *lent)
         finally:
             os.close(control)
-        with os.fdopen(request, "wb") as pipe:
-            if proc is not None:
-                told = {**env, DIE_WITH_PARENT_ENV: str(self.pid)}  # its parent is this server, not the batch
-                pipe.write(json.dumps({"argv": list(cmd[3:]), "env": told, "cwd": os.getcwd()}).encode())
+        try:
+            with os.fdopen(request, "wb") as pipe:
+                if proc is not None:
+                    told = {**env, DIE_WITH_PARENT_ENV: str(self.pid)}  # its parent is this server, not the batch
+                    pipe.write(json.dumps({"argv": list(cmd[3:]), "env": told, "cwd": os.getcwd()}).encode())
+        except BrokenPipeError:  # the child died before it read its grade: it died with the server (PDEATHSIG),
+            pass  # which its end says (warm.died_with_server), and the caller grades it again
         return proc
 
 
