@@ -32,6 +32,7 @@ from grader.seal import broken
 from grader.service.config import Assignment, ServiceConfig
 from grader.service.db import GRADED, ManualScore, Submission
 from grader.service.intake import repo_path
+from grader.service.read import RESULTS
 from grader.service.workers import (
     iso,
     manual_scores,
@@ -46,7 +47,6 @@ from grader.similarity.check import CSV_NAME
 
 log = logging.getLogger("grader.service")
 
-RESULTS = "results.json"
 MANUAL_BYTES = 1 << 20  # an uploaded manual-scores file: a class's scores are a few kB
 
 

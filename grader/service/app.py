@@ -25,7 +25,7 @@ from grader.service import intake, leftovers, read
 from grader.service.config import ServiceConfig, load_config
 from grader.service.db import connect
 from grader.service.oidc import Verifier
-from grader.service.refusal import Refused
+from grader.service.refusal import Refused, error
 from grader.service.tokens import bearer, check_instructor, secret_file
 from grader.service.workers import Engine
 
@@ -51,10 +51,6 @@ def open_service(config: ServiceConfig) -> Service:
     leftovers.sweep(config, sessions)
     verifier = Verifier(config.oidc) if config.oidc else None
     return Service(config, sessions, verifier, secret_file(config.instructor_token_file))
-
-
-def error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
 async def _body(request: Request, limit: int) -> bytes:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from fastapi.responses import JSONResponse
+
 
 class Refused(Exception):
     """``status`` and ``code`` (a slug) for the JSON error; the message is one sentence for the person
@@ -11,3 +13,8 @@ class Refused(Exception):
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
         self.status, self.code = status, code
+
+
+def error(status: int, code: str, message: str) -> JSONResponse:
+    """The service's JSON error, for a :class:`Refused` and every other refusal of the API and the pages."""
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)

@@ -92,10 +92,9 @@ def router(pages: Pages) -> APIRouter:
         session = session_of(request)
         fields = await form(request)
         if session is None:
-            return None, fields, JSONResponse({"error": {"code": "no_session", "message": "log in first"}}, 401)
+            return None, fields, auth.no_session()
         if not auth.csrf_ok(session, fields.get("csrf", "")):
-            message = "the form's CSRF token is missing or wrong: reload the page"
-            return None, fields, JSONResponse({"error": {"code": "bad_csrf", "message": message}}, 403)
+            return None, fields, auth.bad_csrf()
         return session, fields, None
 
     @routes.get("/pages-static/{name}")
@@ -178,7 +177,7 @@ def router(pages: Pages) -> APIRouter:
     @routes.get("/assignments/{aid}/version")
     def class_version(aid: str, request: Request) -> Response:
         if session_of(request) is None:
-            return JSONResponse({"error": {"code": "no_session", "message": "log in first"}}, 401)
+            return auth.no_session()
         assignment_or_404(aid)
         return JSONResponse({"version": data.version(pages.service.sessions, aid)})
 

@@ -11,6 +11,7 @@ student's report is.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from grader.render.similarity import HTML_NAME
 from grader.seal import load_key
 from grader.service import actions
 from grader.service.pages import auth
+from grader.service.refusal import error
 
 if TYPE_CHECKING:
     from grader.service.pages.site import Pages
@@ -66,12 +68,10 @@ def add_routes(routes: APIRouter, pages: Pages, guard: Guard) -> None:
     config = pages.config
     service = pages.service
     runs = pages.similarity
-    keys: list[bytes] = []
 
-    def key() -> bytes:
-        if not keys:
-            keys.append(load_key(config.seal_key, config.state_dir / "assignments"))
-        return keys[0]
+    @functools.cache
+    def key() -> bytes:  # read at the first action, not at every start of the pages
+        return load_key(config.seal_key, config.state_dir / "assignments")
 
     def done(
         session: auth.Session, assignment: Any, title: str, message: str, status: int = 200, **extra: Any
@@ -127,11 +127,11 @@ def add_routes(routes: APIRouter, pages: Pages, guard: Guard) -> None:
     async def manual_upload(aid: str, request: Request) -> Response:
         session = guard.session_of(request)
         if session is None:
-            return JSONResponse({"error": {"code": "no_session", "message": "log in first"}}, 401)
+            return auth.no_session()
         declared = request.headers.get("content-length", "")
         if not declared.isdigit() or int(declared) > UPLOAD_BYTES:
             message = f"a manual-scores upload is at most {UPLOAD_BYTES >> 20} MiB, its length declared"
-            return JSONResponse({"error": {"code": "too_large", "message": message}}, 413)
+            return error(413, "too_large", message)
         try:
             async with request.form(max_files=1, max_fields=8) as fields:
                 csrf, upload = fields.get("csrf"), fields.get("file")
@@ -141,8 +141,7 @@ def add_routes(routes: APIRouter, pages: Pages, guard: Guard) -> None:
         except Exception:  # not a multipart form: malformed input gets a clear refusal
             ok, name, data = False, "", b""
         if not ok:
-            message = "the form's CSRF token is missing or wrong: reload the page"
-            return JSONResponse({"error": {"code": "bad_csrf", "message": message}}, 403)
+            return auth.bad_csrf()
         assignment = guard.assignment_or_404(aid)
         try:
             scores = actions.parse_manual_upload(name or "manual.csv", data)
@@ -194,7 +193,7 @@ def add_routes(routes: APIRouter, pages: Pages, guard: Guard) -> None:
     @routes.get("/assignments/{aid}/similarity/version")
     def similarity_version(aid: str, request: Request) -> Response:
         if guard.session_of(request) is None:
-            return JSONResponse({"error": {"code": "no_session", "message": "log in first"}}, 401)
+            return auth.no_session()
         guard.assignment_or_404(aid)
         state = runs.state(aid)
         return JSONResponse({"version": f"{state.state}:{state.finished_at}"})
@@ -206,5 +205,5 @@ def add_routes(routes: APIRouter, pages: Pages, guard: Guard) -> None:
         guard.assignment_or_404(aid)
         path = actions.similarity_dir(config, aid) / HTML_NAME
         if not path.is_file():
-            return JSONResponse({"error": {"code": "no_report", "message": "run the similarity check first"}}, 404)
+            return error(404, "no_report", "run the similarity check first")
         return FileResponse(path, media_type="text/html; charset=utf-8")

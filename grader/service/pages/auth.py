@@ -16,11 +16,13 @@ import secrets
 import time
 from dataclasses import dataclass
 
+from fastapi.responses import JSONResponse
 from sqlalchemy import delete
 from sqlalchemy.orm import Session as Db
 from sqlalchemy.orm import sessionmaker
 
 from grader.service.db import PageSession
+from grader.service.refusal import error
 
 COOKIE = "grader_session"
 LIFETIME_S = 12 * 3600
@@ -65,6 +67,15 @@ class Sessions:
         if sid and len(sid) <= SID_CHARS:
             with self._database.begin() as db:
                 db.execute(delete(PageSession).where(PageSession.digest == _digest(sid)))
+
+
+def no_session() -> JSONResponse:
+    """An instructor's route asked without a session (a page's script, a POST): said, not redirected."""
+    return error(401, "no_session", "log in first")
+
+
+def bad_csrf() -> JSONResponse:
+    return error(403, "bad_csrf", "the form's CSRF token is missing or wrong: reload the page")
 
 
 def csrf_ok(session: Session, sent: str) -> bool:
