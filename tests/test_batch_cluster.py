@@ -369,15 +369,19 @@ def test_each_worker_keeps_a_host_server_its_grades_fork_their_hosts_from_until_
 
 
 def _grade_servers() -> list[int]:
-    """Every grade server on the machine (``python -m grader.batch.grade_server --serve``): a worker's."""
+    """The grade servers (``python -m grader.batch.grade_server --serve``) of this test's own cluster: its
+    workers are this process's children.  Never another test's: under xdist, killing a server another
+    worker's batch holds once left this one with nothing killed and that one regrading."""
+    from tests.processes import descendants
+
     found = []
-    for entry in os.listdir("/proc"):
+    for pid in descendants(os.getpid()):
         try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
         if b"grader.batch.grade_server" in argv and b"--serve" in argv:
-            found.append(int(entry))
+            found.append(pid)
     return found
 
 
