@@ -1,7 +1,7 @@
 """``oidc.jwks`` as a URL, as GitHub publishes its keys: served here by a real HTTP server on this
 machine.  Tokens verify against the fetched keys; a rotation (a new key id) is picked up by one fetch;
-tokens naming made-up key ids cost the issuer at most one fetch per ``JWKS_REFETCH_S``; an unreachable
-or garbage JWKS refuses the push with a JSON 503 and the service stays up.  Time is the test's own
+tokens naming made-up key ids cost the issuer at most one fetch per ``JWKS_REFETCH_S``; an unreachable,
+garbage or oversized JWKS refuses the push with a JSON 503 and the service stays up.  Time is the test's own
 clock (``Verifier(clock=...)``): nothing here waits."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from joserfc.jwk import KeySet, RSAKey
 
 from grader.service.app import create_app, open_service
 from grader.service.config import load_config
-from grader.service.oidc import JWKS_REFETCH_S, JWKS_TTL_S, Verifier
+from grader.service.oidc import JWKS_REFETCH_S, JWKS_TTL_S, MAX_JWKS_BYTES, Verifier
 from grader.service.refusal import Refused
 from tests.local_service import free_port
 from tests.oidc_issuer import Issuer
@@ -150,7 +150,9 @@ def test_a_flood_of_made_up_key_ids_costs_the_issuer_one_fetch_per_interval(setu
 
 def test_an_unreachable_or_garbage_jwks_refuses_the_push_with_a_json_503_and_the_service_stays_up(setup):
     closed = f"http://127.0.0.1:{free_port()}/jwks"
-    for jwks, body in ((closed, None), (None, b"<html>an error page</html>"), (None, b'{"keys": [{"kty": "zz"}]}')):
+    padded = setup.keys.key_set().replace(b"[", b"[" + b" " * MAX_JWKS_BYTES, 1)  # a valid key set, only too big
+    answers = ((None, b"<html>an error page</html>"), (None, b'{"keys": [{"kty": "zz"}]}'), (None, padded))
+    for jwks, body in ((closed, None), *answers):
         if body is not None:
             setup.keys.body = body
         setup.service.verifier = setup.verifier(jwks)

@@ -28,7 +28,8 @@ log = logging.getLogger("grader.service")
 
 JWKS_TTL_S = 600.0  # a JWKS URL is fetched again after this long, or sooner for a token naming an unknown key id
 JWKS_REFETCH_S = 30.0  # and never more often than this: a flood of made-up key ids cannot hammer the issuer
-JWKS_TIMEOUT_S = 5.0
+JWKS_TIMEOUT_S = 5.0  # for the whole answer, not each read: a server dripping bytes is cut off too
+MAX_JWKS_BYTES = 1 << 20  # GitHub's key set is about 3 KiB; a URL that answers more is not a key set
 LEEWAY_S = 30  # clock skew allowed on exp and nbf
 MAX_TOKEN_BYTES = 16 << 10
 
@@ -149,15 +150,28 @@ def _read_jwks(jwks: str) -> Any:
     from joserfc.jwk import KeySet
 
     try:
-        if _is_url(jwks):
-            response = httpx.get(jwks, timeout=JWKS_TIMEOUT_S, follow_redirects=True)
-            response.raise_for_status()
-            data = response.json()
-        else:
-            data = json.loads(Path(jwks).read_text(encoding="utf-8"))
-        return KeySet.import_key_set(data)
+        body = _fetch(jwks) if _is_url(jwks) else Path(jwks).read_bytes()
+        return KeySet.import_key_set(json.loads(body))
     except (httpx.HTTPError, OSError, ValueError, TypeError, KeyError, JoseError) as exc:
         raise JwksUnavailable(f"{jwks}: {type(exc).__name__}: {_plain(exc)}") from None
+
+
+def _fetch(url: str) -> bytes:
+    """The body at ``url``: at most :data:`MAX_JWKS_BYTES`, within :data:`JWKS_TIMEOUT_S` in all (the
+    verifier's lock is held meanwhile, so a slow or endless answer would stall every push)."""
+    import httpx
+
+    deadline = time.monotonic() + JWKS_TIMEOUT_S
+    body = bytearray()
+    with httpx.stream("GET", url, timeout=JWKS_TIMEOUT_S, follow_redirects=True) as response:
+        response.raise_for_status()
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > MAX_JWKS_BYTES:
+                raise ValueError(f"the answer is over {MAX_JWKS_BYTES >> 20} MiB")
+            if time.monotonic() > deadline:
+                raise ValueError(f"the answer took over {JWKS_TIMEOUT_S:g} s")
+    return bytes(body)
 
 
 def _plain(exc: Exception) -> str:
