@@ -963,9 +963,7 @@ def test_real_grader_batch_equals_grading_each_alone_and_a_rescore_runs_no_code(
 
     outcomes = {name: (out / "students" / name / "batch-outcome.json").read_bytes() for name in alone}
     capped = rubric_variant(tmp_path, "capped", ("  cap: 5\n", "  cap: 1\n"))
-    start = time.monotonic()
     run_batch(roster, out, jobs=2, rubric=capped, progress=StringIO())
-    assert time.monotonic() - start < 60
     for name in alone:
         assert (out / "students" / name / "batch-outcome.json").read_bytes() == outcomes[name]
         result = GradeResult.load(out / "students" / name / "results.json")
