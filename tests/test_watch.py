@@ -235,7 +235,7 @@ def test_ctrl_c_ends_the_loop_with_status_0_and_nothing_left(tree: Path, tmp_pat
     assert "grader: stopped watching" in proc.stderr.read()
     _, now_fail, case = "".join(out).split("Since the last grade: ")[1].splitlines()
     assert now_fail == "  now fail (1):" and case.startswith("    test_double[ws2]: wrong")  # -k ws2: only its case
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # they die with the loop at once; a loaded machine may take its time
     while any(_running(pid) for pid in left) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in left if _running(pid)]
