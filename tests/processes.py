@@ -24,6 +24,14 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def comm(pid: int) -> str:
+    """What ``ps`` names ``pid`` (its ``comm``); "" for a process that is gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def cases_decided(pid: int) -> int:
     """How many cases the matrix session ``pid`` has decided: a session's cwd is its grading's
     ``matrix/session``, beside the ledger it writes a verdict line per case to.  0 for any other

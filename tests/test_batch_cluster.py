@@ -391,7 +391,8 @@ def test_a_grade_whose_grade_server_dies_under_it_on_a_worker_is_graded_again(tm
     worker answers that the grade was lost, not a grade of nothing, and the student is graded again."""
     from grader.batch import run_batch
     from grader.batch.cluster import ClusterGrader
-    from tests.processes import descendants
+    from grader.batch.grade_server import GRADE_NAME
+    from tests.processes import comm, descendants
     from tests.test_spare_host import RUBRIC, TOY
 
     roster = tmp_path / "roster"
@@ -412,7 +413,9 @@ def test_a_grade_whose_grade_server_dies_under_it_on_a_worker_is_graded_again(tm
     def kill_once_it_grades() -> None:
         while not stop.is_set():
             for server in _grade_servers():
-                if descendants(server):  # a grade forked, mid-way
+                # a grade that has read its command: its fork was answered (a kill before that makes the
+                # grade start cold instead, and nothing is lost), and it dies with its server now
+                if any(comm(pid) == GRADE_NAME for pid in descendants(server)):
                     os.kill(server, signal.SIGKILL)
                     killed.append(server)
                     return

@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 
 from grader.batch import run_batch
-from grader.batch.grade_server import GradeServer
+from grader.batch.grade_server import GRADE_NAME, GradeServer
 from grader.batch.workers import TIMEOUT, start_grade, wait_grade
 from grader.matrix.host import keep_spare
 from grader.matrix.warm import HostServer, ServedProcess
 from grader.runtimes.torchdist.zygote import scrubbed_environment
-from tests.processes import descendants
+from tests.processes import comm, descendants
 from tests.test_spare_host import RUBRIC, TOY
 from tests.test_zygote import _memory_holds
 
@@ -197,7 +197,7 @@ def test_a_grade_server_that_dies_under_a_grade_costs_that_student_nothing(
     def kill_once_it_grades(stop: threading.Event) -> None:
         while not stop.is_set():
             server = kept[0].live() if kept else None
-            if server is not None and descendants(server.pid):
+            if server is not None and any(comm(pid) == GRADE_NAME for pid in descendants(server.pid)):
                 os.kill(server.pid, signal.SIGKILL)
                 return
             time.sleep(0.01)

@@ -18,6 +18,7 @@ grader.batch.grade_server --runner PID --serve FD``, in the batch's own environm
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -26,6 +27,7 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import IO
 
 from grader.matrix import warm
@@ -48,6 +50,11 @@ MODULES = (
     "grader.render.markdown",
     "grader.runtimes.torchdist.static",
 )
+
+
+#: What ``ps`` names a forked grade once it has read its command: before, it is a copy of its server,
+#: named as it is.  So an operator tells a server from its grades, and a test finds a grade under way.
+GRADE_NAME = "grader-grade"
 
 
 class GradeServer(warm.ForkServer):
@@ -95,6 +102,8 @@ def _become_grade(control: int, *lent: int) -> None:
         data = pipe.read(MAX_REQUEST + 1)
     if not data or len(data) > MAX_REQUEST:
         raise SystemExit("the batch sent no grade")  # it is gone; PDEATHSIG ends us next
+    with contextlib.suppress(OSError):
+        Path("/proc/self/comm").write_text(GRADE_NAME)
     request = json.loads(data)
     env = {str(k): str(v) for k, v in request["env"].items()}
     if lent and SERVER_ENV in env:
