@@ -1,7 +1,8 @@
 """Temporary directories a SIGKILL cannot leave behind for good.
 
 A grading killed with SIGKILL runs no ``finally``: its work directory (``grader-work-*``) and its
-session's rank-group directories (``grader-ws<N>-*``) stay in the temporary directory.  Each is made
+session's rank-group directories (``grader-ws<N>-*``) stay in the temporary directory, as does a local
+Dask cluster's (``grader-dask-*``) when the batch or service that started it is killed.  Each is made
 here and holds an ``flock`` on itself for as long as its maker lives (the lock is the open file
 description's: the kernel drops it when the process dies, however it dies).  The next grading's
 :func:`sweep` removes every sibling whose lock it can take: nobody alive owns it.
@@ -31,7 +32,7 @@ except ImportError:  # Windows
 
 #: The names made here; nothing else in the temporary directory is ever swept (``grader-out-*``
 #: holds a user's results, ``grader-intake-*`` and the like are not locked).
-SWEPT = re.compile(r"grader-(work|ws\d+)-")
+SWEPT = re.compile(r"grader-(work|ws\d+|dask)-")
 GRACE_S = 60.0  # a directory younger than this may be between its mkdtemp and its lock
 NO_LOCKS = "this platform has no flock: a live grading's directories cannot be told from orphans"
 

@@ -43,7 +43,7 @@ def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_the_directories_of_a_killed_grading_are_swept(root: Path) -> None:
-    dead = [orphan(root), orphan(root, "grader-ws4-")]
+    dead = [orphan(root), orphan(root, "grader-ws4-"), orphan(root, "grader-dask-")]
     assert sorted(tempdirs.sweep(grace_s=0)) == sorted(dead)
     assert not any(path.exists() for path in dead)
 

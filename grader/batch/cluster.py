@@ -29,6 +29,7 @@ import contextlib
 import io
 import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
+from grader import tempdirs
 from grader.batch.roster import Student
 from grader.batch.workers import BatchStop, Grader, Outcome, grade_argv, start_grade, wait_grade
 from grader.errors import UserError
@@ -330,9 +332,13 @@ def connect(
     settings: dict[str, object] = {"distributed.scheduler.allowed-failures": MAX_LOSSES}
     with contextlib.ExitStack() as stack:
         if spec.kind == "local":
-            # The scheduler's and workers' directories in one of ours, removed after the cluster:
-            # Dask's default, /tmp/dask-scratch-space, outlives every run.
-            settings["temporary-directory"] = stack.enter_context(tempfile.TemporaryDirectory(prefix="grader-dask-"))
+            # The scheduler's and workers' directories in one of ours, removed after the cluster (Dask's
+            # default, /tmp/dask-scratch-space, outlives every run), and locked while this process lives:
+            # after a kill -9 of the batch or the service, the next grading's sweep removes it.
+            scratch, lock = tempdirs.make("grader-dask-")
+            stack.callback(lock.close)
+            stack.callback(shutil.rmtree, scratch, ignore_errors=True)
+            settings["temporary-directory"] = str(scratch)
         stack.enter_context(dask.config.set(settings))
         if spec.kind == "local":
             cluster = distributed.LocalCluster(
