@@ -465,18 +465,20 @@ def _timeless(out: Path, student: str) -> dict:
 @pytest.mark.parametrize(
     ("spec", "parsed"),
     [
-        ("local", ("local", 2, "")),
-        ("local:3", ("local", 3, "")),
-        ("tcp://10.0.0.5:8786", ("scheduler", 2, "tcp://10.0.0.5:8786")),
-        ("dask://sched:8786", ("scheduler", 2, "tcp://sched:8786")),
-        ("slurm", ("slurm", 2, "")),
+        ("local", ("local", 2, "", 2)),
+        ("local:3", ("local", 3, "", 3)),
+        ("tcp://10.0.0.5:8786", ("scheduler", 2, "tcp://10.0.0.5:8786", 1)),
+        ("dask://sched:8786", ("scheduler", 2, "tcp://sched:8786", 1)),
+        ("slurm", ("slurm", 2, "", 1)),
     ],
 )
 def test_the_cluster_forms(spec, parsed):
+    """And how many gradings share a worker's machine, which each grade's memory share divides by: a
+    local cluster's workers all share this one; a remote worker's neighbours are not known (1)."""
     from grader.batch.cluster import parse_cluster
 
     found = parse_cluster(spec)
-    assert (found.kind, found.workers, found.address) == parsed
+    assert (found.kind, found.workers, found.address, found.machine_jobs) == parsed
 
 
 def test_a_wrong_cluster_form_or_a_cluster_option_alone_is_a_clear_error(tmp_path, capsys):

@@ -155,16 +155,13 @@ def run_batch(
         elif gradable:
             task = _similarity_task(loaded, boilerplate) if similarity else None
             with connect(spec, cluster_config, len(gradable), stream, warm_up) as client:
-                machine_jobs = (
-                    spec.workers if spec.kind == "local" else 1
-                )  # a local cluster's workers share this machine
                 grader = ClusterGrader(
                     *settings,
                     client=client,
                     send=send_submissions,
                     similarity=task,
                     warm=warm_up,
-                    machine_jobs=machine_jobs,
+                    machine_jobs=spec.machine_jobs,
                 )
                 grade_all(gradable, grader, min(len(gradable), MAX_IN_FLIGHT), stream)
             fingerprinted = grader.fingerprinted

@@ -75,6 +75,13 @@ class ClusterSpec:
     workers: int = 2  # LocalCluster worker processes
     address: str = ""  # an existing scheduler's
 
+    @property
+    def machine_jobs(self) -> int:
+        """Gradings at once on one worker's machine, which each grade's memory share divides by
+        (``ClusterGrader.machine_jobs``): a local cluster's workers all share this one; elsewhere 1,
+        as nothing here knows how many of a node's workers grade beside each other."""
+        return self.workers if self.kind == "local" else 1
+
 
 def parse_cluster(spec: str) -> ClusterSpec:
     """``local[:N]``, ``tcp://HOST:PORT`` (or ``dask://HOST:PORT``, ``tls://...``) or ``slurm``."""

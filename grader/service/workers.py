@@ -265,7 +265,7 @@ class Engine:
                         local.students_dir, local.rubric, local.command, local.options, local.timeout, False,
                         rubric_file=local.rubric_file, salt=local.salt, seal_key=local.seal_key,
                         client=client, send=spec.kind == "scheduler", warm=True,
-                        machine_jobs=spec.workers if spec.kind == "local" else 1,  # as the batch's
+                        machine_jobs=spec.machine_jobs,
                     )  # fmt: skip
                 yield
             return
