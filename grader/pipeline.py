@@ -282,23 +282,27 @@ def _grade_in_docker(args: argparse.Namespace) -> GradeResult:
         raise UserError(f"{args.submission}: the docker backend grades a local directory or archive")
     rubric = load_rubric(args.rubric)
     limits = rubric.limits
-    out = args.out or Path(tempfile.mkdtemp(prefix="grader-out-"))
     late.under_deadline_option(rubric, args.deadline)  # refused here, as the local backend would
-    outcome = grade_in_container(
-        Path(args.submission),
-        out,
-        args.image,
-        args.rubric,
-        timeout_s=limits.total_timeout_s + 120,
-        memory_mb=max(4096, limits.memory_mb * 3),
-        cpus=float(os.cpu_count() or 2),
-        pids=1024,
-        extra_args=_time_options(args),
-        salt=_instructor_salt(args.secret_file),
-    )
-    results = out / "results.json"
-    if outcome.status == "ok" and results.exists():
-        return GradeResult.load(results)
+    with contextlib.ExitStack() as stack:
+        # without --out the container's outputs are read back and nothing is kept, as the local backend keeps none
+        out = args.out or Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="grader-out-", ignore_cleanup_errors=True))
+        )
+        outcome = grade_in_container(
+            Path(args.submission),
+            out,
+            args.image,
+            args.rubric,
+            timeout_s=limits.total_timeout_s + 120,
+            memory_mb=max(4096, limits.memory_mb * 3),
+            cpus=float(os.cpu_count() or 2),
+            pids=1024,
+            extra_args=_time_options(args),
+            salt=_instructor_salt(args.secret_file),
+        )
+        results = out / "results.json"
+        if outcome.status == "ok" and results.exists():
+            return GradeResult.load(results)
     result = error_result(
         rubric, str(args.submission), f"container grading failed ({outcome.status}): {outcome.message}"
     )
