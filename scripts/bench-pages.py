@@ -81,7 +81,7 @@ def main() -> int:
                 times = [timed(path) for _ in range(args.repeat)]
                 print(f"{label:34s} median {statistics.median(times):6.0f} ms   max {max(times):6.0f} ms")
             if args.landings:
-                driver = chromium()
+                driver = chromium(Path(tmp))
                 if driver is None:
                     print("no chromedriver: landings not measured (scripts/install-chromium.sh installs it)")
                     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import os
 import random
 import secrets
 import shutil
@@ -170,9 +171,11 @@ def serving(service: Service) -> Iterator[str]:
         sock.close()
 
 
-def chromium() -> Any:
+def chromium(tmp: Path) -> Any:
     """Debian's Chromium, headless, driven by Debian's chromedriver (Selenium), its console logged; None
-    when chromedriver is not installed (scripts/install-chromium.sh installs both)."""
+    when chromedriver is not installed (scripts/install-chromium.sh installs both).  Its temporary
+    directory is ``tmp``: Chromium leaves its singleton's directory (``org.chromium.Chromium.*``) there
+    after every run."""
     from selenium import webdriver
 
     driver_path = shutil.which("chromedriver")
@@ -189,4 +192,5 @@ def chromium() -> Any:
     ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver_path))
+    service = webdriver.ChromeService(executable_path=driver_path, env={**os.environ, "TMPDIR": str(tmp)})
+    return webdriver.Chrome(options=options, service=service)

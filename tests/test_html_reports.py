@@ -13,6 +13,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import tempfile
 from html import escape
 from html.parser import HTMLParser
 from io import StringIO
@@ -308,27 +309,30 @@ def chromium() -> str:
 
 
 def _chromium(binary: str, tmp_path: Path, page: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            binary,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-            f"--user-data-dir={tmp_path / 'chromium-profile'}",
-            *args,
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ, "HOME": str(tmp_path)},
-    )
+    # Its own temporary directory, removed after: Chromium leaves its singleton's (org.chromium.Chromium.*)
+    # there.  A short path: the singleton's socket must fit a socket address (108 bytes), which tmp_path may not.
+    with tempfile.TemporaryDirectory(prefix="chromium-") as temp:
+        return subprocess.run(
+            [
+                binary,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--hide-scrollbars",
+                f"--user-data-dir={tmp_path / 'chromium-profile'}",
+                *args,
+                page.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={**os.environ, "HOME": str(tmp_path), "TMPDIR": temp},
+        )
 
 
 def screenshot(binary: str, tmp_path: Path, page: Path, name: str, height: int) -> numpy.ndarray:

@@ -18,7 +18,9 @@ import csv
 import os
 import random
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -93,20 +95,22 @@ def site(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser(site):
-    driver = chromium()
-    if driver is None:  # CI installs it (scripts/install-chromium.sh); here, as root, it may
-        subprocess.run(["bash", str(REPO / "scripts" / "install-chromium.sh")], capture_output=True, timeout=900)
-        driver = chromium()
-        if driver is None:
-            pytest.skip("chromium-driver is not installed (scripts/install-chromium.sh installs it)")
-    url, service, _, _ = site
-    try:
-        driver.get(f"{url}/login")
-        driver.find_element(By.ID, "token").send_keys(service.instructor_token, Keys.ENTER)
-        WebDriverWait(driver, 20).until(lambda d: "/assignments" in d.current_url)
-        yield driver
-    finally:
-        driver.quit()
+    # Chromium's temporary directory, removed after: a short path, as its singleton's socket needs
+    with tempfile.TemporaryDirectory(prefix="chromium-") as tmp:
+        driver = chromium(Path(tmp))
+        if driver is None:  # CI installs it (scripts/install-chromium.sh); here, as root, it may
+            subprocess.run(["bash", str(REPO / "scripts" / "install-chromium.sh")], capture_output=True, timeout=900)
+            driver = chromium(Path(tmp))
+            if driver is None:
+                pytest.skip("chromium-driver is not installed (scripts/install-chromium.sh installs it)")
+        url, service, _, _ = site
+        try:
+            driver.get(f"{url}/login")
+            driver.find_element(By.ID, "token").send_keys(service.instructor_token, Keys.ENTER)
+            WebDriverWait(driver, 20).until(lambda d: "/assignments" in d.current_url)
+            yield driver
+        finally:
+            driver.quit()
 
 
 def open_page(driver, url: str) -> None:
