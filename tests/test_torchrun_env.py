@@ -7,6 +7,7 @@ writes each worker's environment; :func:`torchrun_env` must give every rank the 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,7 @@ def test_every_rank_of_a_two_node_launch_is_told_what_torchrun_tells_it(tmp_path
         subprocess.Popen(
             [*launch, f"--node_rank={node}", "worker.py", str(tmp_path)],
             cwd=tmp_path,
+            env={**os.environ, "TMPDIR": str(tmp_path)},  # each agent's torchelastic_* log directory: here, not in /tmp
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
