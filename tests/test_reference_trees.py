@@ -67,6 +67,9 @@ class PublicRun:
 
     def __init__(self, repo: Path, world_sizes: str | None) -> None:
         env = {k: v for k, v in os.environ.items() if k != "A9_WORLD_SIZES"}
+        # torch's mp.spawn leaves a pytorch-errorfile-* per rank that raised (every template rank does)
+        env["TMPDIR"] = str(repo.parent / "tmp")
+        (repo.parent / "tmp").mkdir()
         if world_sizes is not None:
             env["A9_WORLD_SIZES"] = world_sizes
         self.junit = repo / "junit.xml"
