@@ -157,6 +157,17 @@ def load(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 @pytest.fixture
+def temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's own temporary directory (``TMPDIR``), empty at its start: what the code under test
+    makes or leaves there is the test's to see, never in the machine's /tmp."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr("tempfile.tempdir", None)  # gettempdir() reads TMPDIR again
+    return temp
+
+
+@pytest.fixture
 def started(monkeypatch: pytest.MonkeyPatch) -> list[Host]:
     """Every session host (``grader.matrix.host``) started from here on, in order."""
     hosts: list[Host] = []

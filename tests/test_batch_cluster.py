@@ -330,17 +330,15 @@ def _servers(client) -> dict[int, int]:
     return dict(client.run(ours).values())
 
 
-def test_a_local_clusters_directory_is_locked_while_it_runs_and_removed_after(tmp_path, monkeypatch):
+def test_a_local_clusters_directory_is_locked_while_it_runs_and_removed_after(temp_dir):
     """Its scheduler and workers write in a ``grader-dask-*`` directory of the temporary directory, which
     ``tempdirs.sweep`` (every grading's start) leaves alone while the cluster's process lives and
     removes once it is dead (``tests/test_tempdirs.py``: a maker killed with SIGKILL)."""
     from grader import tempdirs
     from grader.batch.cluster import connect, parse_cluster
 
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setattr("tempfile.tempdir", None)  # gettempdir() reads TMPDIR again
     with connect(parse_cluster("local:1"), None, 1, StringIO()) as client:
-        (scratch,) = tmp_path.glob("grader-dask-*")
+        (scratch,) = temp_dir.glob("grader-dask-*")
         assert client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.local_directory).startswith(str(scratch))
         assert tempdirs.sweep(grace_s=0) == [] and scratch.is_dir()
     assert not scratch.exists()

@@ -549,16 +549,11 @@ def test_an_unreadable_junit_file_is_the_graders_error(root, tmp_path):
         score(RUBRIC, tmp_path / "absent.xml", submission(), [], root)
 
 
-def test_a_deadline_option_is_read_one_way_everywhere(tmp_path, capsys, monkeypatch):
+def test_a_deadline_option_is_read_one_way_everywhere(tmp_path, capsys, temp_dir):
     """``--deadline`` absent keeps the rubric's; a time replaces it; an empty value is refused with a
     clear message by grade (either backend), batch and rescore alike, before anything runs or is made."""
     from grader.cli import main
     from grader.late import under_deadline_option
-
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    monkeypatch.setenv("TMPDIR", str(temp))
-    monkeypatch.setattr("tempfile.tempdir", None)  # gettempdir() reads TMPDIR again
 
     assert under_deadline_option(RUBRIC, None) is RUBRIC
     assert (
@@ -577,4 +572,4 @@ def test_a_deadline_option_is_read_one_way_everywhere(tmp_path, capsys, monkeypa
             assert main([*command, "--deadline", empty]) == 1, command
             assert "--deadline is empty: give a time" in capsys.readouterr().err, command
     assert not (tmp_path / "class" / "students" / "alice").exists()  # nothing was graded
-    assert list(temp.iterdir()) == []  # nor a directory made for it (the docker backend made one per refusal)
+    assert list(temp_dir.iterdir()) == []  # nor a directory made for it (the docker backend made one per refusal)
